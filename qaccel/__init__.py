@@ -1,0 +1,38 @@
+"""qaccel: a quantisation and low-bit matmul accelerator, its golden model and its tests.
+
+The golden model (``qaccel.model``) is re-exported here.  Attributes load lazily, so
+``import qaccel`` neither imports Numba nor compiles anything.
+
+>>> import numpy as np, qaccel
+>>> qaccel.quantize_linear(np.float32([1.5, -2.5]), np.float32(1.0), np.int8(0))
+array([ 2, -2], dtype=int8)
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "quantize_linear": "qaccel.model.quant",
+    "dequantize_linear": "qaccel.model.quant",
+    "dml_quantize_linear": "qaccel.model.dml",
+    "matmul_nbits": "qaccel.model.nbits",
+    "quantize_weights_nbits": "qaccel.model.nbits",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'qaccel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

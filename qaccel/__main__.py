@@ -1,0 +1,5 @@
+import sys
+
+from qaccel.cli import main
+
+sys.exit(main())
