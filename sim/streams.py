@@ -1,0 +1,317 @@
+"""cocotb agents for Amaranth ``stream`` interfaces: driver, sink, monitor, watchdog.
+
+Timing discipline (race-free on Verilator and Icarus): a :class:`CycleLoop` wakes once per clock
+cycle at the falling edge, lets every agent *drive* its inputs, waits for ``ReadOnly`` and lets
+every agent *sample*. The values seen while sampling are those present at the next rising
+edge, so ``valid & ready`` in the sample phase is exactly the handshake of that edge. Cycle
+``n`` is the ``n``-th rising edge after the loop started. Agents are plain objects with
+``drive(cycle)`` and/or ``sample(cycle)`` methods; exceptions they raise (checker mismatch,
+:class:`StallError`) propagate out of :meth:`CycleLoop.run` into the test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from cocotb.triggers import FallingEdge, ReadOnly
+
+__all__ = [
+    "CycleLoop",
+    "StallError",
+    "StreamDriver",
+    "StreamMonitor",
+    "StreamPort",
+    "StreamSink",
+    "Watchdog",
+    "cycle_pauses",
+    "no_pauses",
+    "random_pauses",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Pause generators: infinite iterators of bool, True meaning "pause this cycle".
+
+
+def no_pauses() -> Iterator[bool]:
+    """Never pause."""
+    return itertools.repeat(False)
+
+
+def cycle_pauses(pattern: Iterable[int | bool] = (1, 1, 1, 0)) -> Iterator[bool]:
+    """Pause by a repeating ``pattern`` (Forencich's ``cycle_pause``)."""
+    return (bool(p) for p in itertools.cycle(tuple(pattern)))
+
+
+def random_pauses(probability: float, *, rng: random.Random, max_burst: int = 1) -> Iterator[bool]:
+    """Start a pause with ``probability`` per cycle, lasting 1..``max_burst`` cycles."""
+    if not 0.0 <= probability < 1.0:
+        raise ValueError(f"probability must be in [0, 1), not {probability!r}")
+    if max_burst < 1:
+        raise ValueError(f"max_burst must be >= 1, not {max_burst!r}")
+    if probability == 0.0:
+        yield from no_pauses()
+    while True:
+        if rng.random() < probability:
+            for _ in range(rng.randint(1, max_burst)):
+                yield True
+        else:
+            yield False
+
+
+# ---------------------------------------------------------------------------------------------
+# DUT access
+
+
+def _bit(handle, name: str) -> bool:
+    s = str(handle.value)
+    if s == "1":
+        return True
+    if s == "0":
+        return False
+    raise AssertionError(f"{name} is {s!r}, not 0 or 1")
+
+
+class StreamPort:
+    """Handles of one ``amaranth.lib.stream`` interface in the emitted Verilog.
+
+    Amaranth flattens interface ``name`` to ports ``<name>__payload``, ``<name>__valid`` and
+    ``<name>__ready``. ``signed`` selects how the payload is read back.
+    """
+
+    def __init__(self, dut, name: str, *, signed: bool = False):
+        self.name = name
+        self.signed = signed
+        self.payload = getattr(dut, f"{name}__payload")
+        self.valid = getattr(dut, f"{name}__valid")
+        self.ready = getattr(dut, f"{name}__ready")
+        self.width = len(self.payload)
+        self._mask = (1 << self.width) - 1
+
+    def read_payload(self) -> int:
+        """Return the payload as an int (two's complement decoded if ``signed``)."""
+        v = self.payload.value
+        return v.to_signed() if self.signed else v.to_unsigned()
+
+    def write_payload(self, value: int) -> None:
+        """Drive the payload (inputs only); negative values are written in two's complement."""
+        self.payload.value = value & self._mask
+
+    def is_valid(self) -> bool:
+        """Return ``valid``; :exc:`AssertionError` if it is X or Z."""
+        return _bit(self.valid, f"{self.name}__valid")
+
+    def is_ready(self) -> bool:
+        """Return ``ready``; :exc:`AssertionError` if it is X or Z."""
+        return _bit(self.ready, f"{self.name}__ready")
+
+    def __repr__(self) -> str:
+        return f"StreamPort({self.name!r}, width={self.width}, signed={self.signed})"
+
+
+# ---------------------------------------------------------------------------------------------
+# The per-cycle scheduler
+
+
+class CycleLoop:
+    """Run agents once per cycle: ``drive`` after the falling edge, ``sample`` in ReadOnly."""
+
+    def __init__(self, clk, *agents: Any):
+        self.clk = clk
+        self.cycle = 0
+        self._drivers: list[Callable[[int], None]] = []
+        self._samplers: list[Callable[[int], None]] = []
+        self.add(*agents)
+
+    def add(self, *agents: Any) -> None:
+        """Register agents (objects with ``drive`` and/or ``sample`` methods)."""
+        for agent in agents:
+            if hasattr(agent, "drive"):
+                self._drivers.append(agent.drive)
+            if hasattr(agent, "sample"):
+                self._samplers.append(agent.sample)
+
+    async def run(
+        self,
+        *,
+        until: Callable[[], bool] | None = None,
+        cycles: int | None = None,
+        max_cycles: int | None = None,
+    ) -> int:
+        """Run until ``until()`` is true after a sample phase, or for ``cycles`` cycles.
+
+        ``max_cycles`` bounds a run with ``until``; exceeding it raises :exc:`StallError`.
+        Returns the number of cycles run.
+        """
+        if (until is None) == (cycles is None):
+            raise ValueError("give exactly one of until= and cycles=")
+        falling, read_only = FallingEdge(self.clk), ReadOnly()
+        drivers, samplers = self._drivers, self._samplers
+        start = self.cycle
+        while True:
+            if cycles is not None and self.cycle - start >= cycles:
+                break
+            await falling
+            for drive in drivers:
+                drive(self.cycle)
+            await read_only
+            for sample in samplers:
+                sample(self.cycle)
+            self.cycle += 1
+            if until is not None and until():
+                break
+            if max_cycles is not None and self.cycle - start >= max_cycles:
+                raise StallError(f"run did not finish within {max_cycles} cycles")
+        return self.cycle - start
+
+
+# ---------------------------------------------------------------------------------------------
+# Agents
+
+
+class StreamDriver:
+    """Offer queued values on an input stream, inserting idle cycles from ``pauses``.
+
+    Follows the stream rules: once ``valid`` is raised it stays raised, with the same payload,
+    until the beat is accepted; pauses only apply between beats.
+    """
+
+    def __init__(self, port: StreamPort, *, pauses: Iterator[bool] | None = None):
+        self.port = port
+        self.pauses = pauses if pauses is not None else no_pauses()
+        self.queue: deque[int] = deque()
+        self.sent = 0
+        self._offering = False
+        self._accepted = False
+        self._valid_out: bool | None = None
+        self._payload_out: int | None = None
+
+    def send(self, values: Iterable[int]) -> None:
+        """Queue ``values`` for transmission."""
+        self.queue.extend(values)
+
+    @property
+    def pending(self) -> int:
+        """Beats queued and not yet accepted."""
+        return len(self.queue)
+
+    def reset(self) -> None:
+        """Drop queued beats and drive ``valid`` low."""
+        self.queue.clear()
+        self._offering = self._accepted = False
+        self._valid_out = None
+        self._set(False, None)
+
+    def _set(self, valid: bool, payload: int | None) -> None:
+        if valid != self._valid_out:
+            self.port.valid.value = int(valid)
+            self._valid_out = valid
+        if payload is not None and payload != self._payload_out:
+            self.port.write_payload(payload)
+            self._payload_out = payload
+
+    def drive(self, cycle: int) -> None:
+        if self._offering and self._accepted:
+            self.queue.popleft()
+            self.sent += 1
+            self._offering = False
+        if not self._offering and self.queue and not next(self.pauses):
+            self._offering = True
+        self._set(self._offering, self.queue[0] if self._offering else None)
+
+    def sample(self, cycle: int) -> None:
+        self._accepted = self._offering and self.port.is_ready()
+
+
+class StreamSink:
+    """Drive ``ready`` of an output stream, withholding it on cycles given by ``pauses``."""
+
+    def __init__(self, port: StreamPort, *, pauses: Iterator[bool] | None = None):
+        self.port = port
+        self.pauses = pauses if pauses is not None else no_pauses()
+        self._ready_out: bool | None = None
+
+    def drive(self, cycle: int) -> None:
+        ready = not next(self.pauses)
+        if ready != self._ready_out:
+            self.port.ready.value = int(ready)
+            self._ready_out = ready
+
+
+class StreamMonitor:
+    """Observe handshakes on a stream and pass each beat to callbacks ``f(payload, cycle)``.
+
+    Passive: it drives nothing. Keeps the beat count, the cycles of the first and last beat
+    and the last sampled ``valid``/``ready`` (for stall diagnostics).
+    """
+
+    def __init__(self, port: StreamPort, *callbacks: Callable[[int, int], None]):
+        self.port = port
+        self.name = port.name
+        self.callbacks = list(callbacks)
+        self.count = 0
+        self.first_cycle: int | None = None
+        self.last_cycle: int | None = None
+        self.valid = False
+        self.ready = False
+
+    def add_callback(self, callback: Callable[[int, int], None]) -> None:
+        self.callbacks.append(callback)
+
+    def sample(self, cycle: int) -> None:
+        self.valid = valid = self.port.is_valid()
+        self.ready = ready = self.port.is_ready()
+        if valid and ready:
+            payload = self.port.read_payload()
+            self.count += 1
+            if self.first_cycle is None:
+                self.first_cycle = cycle
+            self.last_cycle = cycle
+            for callback in self.callbacks:
+                callback(payload, cycle)
+
+    def beats_per_cycle(self) -> float:
+        """Beats over the span from the first to the last beat, inclusive (0 if < 1 beat)."""
+        if self.first_cycle is None or self.last_cycle is None:
+            return 0.0
+        return self.count / (self.last_cycle - self.first_cycle + 1)
+
+
+class StallError(AssertionError):
+    """A stream made no progress for too long; the message names it and its valid/ready."""
+
+
+class Watchdog:
+    """Fail when a stream with outstanding beats sees no handshake for ``timeout`` cycles.
+
+    ``watch`` pairs a :class:`StreamMonitor` with a function returning how many beats are still
+    expected on that stream. The error names every stalled stream with its ``valid``/``ready``
+    state, so a hang reads as e.g. ``stream 'o' stalled ... valid=1 ready=0``.
+    """
+
+    def __init__(self, timeout: int, *watch: tuple[StreamMonitor, Callable[[], int]]):
+        if timeout < 1:
+            raise ValueError(f"timeout must be >= 1, not {timeout!r}")
+        self.timeout = timeout
+        self.watch = list(watch)
+        self._progress = [0] * len(self.watch)
+        self._counts = [-1] * len(self.watch)
+
+    def sample(self, cycle: int) -> None:
+        stalled = []
+        for k, (mon, pending) in enumerate(self.watch):
+            if mon.count != self._counts[k] or pending() == 0:
+                self._counts[k] = mon.count
+                self._progress[k] = cycle
+            elif cycle - self._progress[k] >= self.timeout:
+                stalled.append(
+                    f"stream {mon.name!r} stalled for {cycle - self._progress[k]} cycles "
+                    f"(valid={int(mon.valid)} ready={int(mon.ready)}, {pending()} beats "
+                    f"outstanding, {mon.count} transferred)"
+                )
+        if stalled:
+            raise StallError(f"at cycle {cycle}: " + "; ".join(stalled))
