@@ -22,7 +22,9 @@ Special codes (``S`` sign, ``E`` exponent field, ``M`` mantissa field; "all ones
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -316,6 +318,60 @@ class FloatFormat:
         else:
             codes = np.where(nan, np.uint64(self.sign_mask), codes)
         return codes.astype(self.code_dtype)
+
+    def encode_exact(self, value, *, saturate: bool = False) -> int:
+        """Return the code of one number rounded once to this format, ties to even.
+
+        ``value`` is an :class:`int`, a :class:`~fractions.Fraction` (any rational, exactly,
+        however many bits it needs) or a :class:`float`. The rules are those of
+        :meth:`encode`: overflow, ``saturate``, signed zeros and NaN codes alike (a float
+        NaN, infinity or zero is passed to :meth:`encode`). Plain Python integer arithmetic:
+        a reference for units that round wider intermediates than float64, such as a divider's
+        quotient, not a fast path.
+        """
+        if not isinstance(saturate, bool):
+            raise TypeError(f"saturate must be a bool, not {saturate!r}")
+        if isinstance(value, float) and (value == 0 or not math.isfinite(value)):
+            return int(self.encode(value, saturate=saturate))
+        if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+            raise TypeError(f"value must be an int, a Fraction or a float, not {value!r}")
+        q = Fraction(value)
+        neg = q < 0
+        a = abs(q)
+        if saturate:
+            k = self.emax - self.mbits
+            top = (1 << self.mbits) | (self.max_code & self.mant_mask)
+            a = min(a, Fraction(top << k) if k >= 0 else Fraction(top, 1 << -k))
+        num, den = a.numerator, a.denominator
+        if num == 0:
+            return 0
+        # e = floor(log2(a)), clamped below to emin: the exponent of the quantum's binade.
+        e = num.bit_length() - den.bit_length()
+        if (num << max(0, -e)) < (den << max(0, e)):
+            e -= 1
+        e = max(e, self.emin)
+        shift = self.mbits - e                      # a * 2**shift is the significand
+        n, d = (num << shift, den) if shift >= 0 else (num, den << -shift)
+        sig, rem = divmod(n, d)
+        if 2 * rem > d or (2 * rem == d and sig & 1):
+            sig += 1
+        if sig >> (self.mbits + 1):                 # rounded up into the next binade
+            sig >>= 1
+            e += 1
+        if sig >> self.mbits:
+            mag = ((e + self.bias) << self.mbits) | (sig & self.mant_mask)
+        else:                                       # subnormal (e == emin) or zero
+            mag = sig
+        if e > self.emax or mag > self.max_code:
+            if self.inf:
+                mag = self.inf_code
+            elif self.nan == "none":
+                mag = self.max_code
+            else:
+                return self.nan_code | (self.sign_mask if neg and self.nan == "single" else 0)
+        if neg and (mag != 0 or self.neg_zero):
+            mag |= self.sign_mask
+        return mag
 
 
 def _f(name, ebits, mbits, bias, nan, *, inf=False, neg_zero=True):
