@@ -1,0 +1,461 @@
+"""Golden model of ONNX Runtime's MatMulNBits contrib op and of ORT's block weight quantiser.
+
+MatMulNBits (domain ``com.microsoft``) computes ``Y = A @ W + bias`` for a MatMul weight
+``W`` (K, N) stored transposed and block-wise quantised along K: ``B`` uint8
+``[N, k_blocks, block_size*bits/8]`` holds ``W^T``, with one scale (and optionally one zero
+point) per column and K-block.  See SEMANTICS.md section 3.
+
+Storage
+    Every block of ``B`` is a little-endian bit stream: element ``j`` occupies bits
+    ``[j*bits, (j+1)*bits)`` (for 3, 5, 6, 7 bits elements cross byte boundaries).  Packed
+    zero points use the same layout per row of ``[N, ceil(k_blocks*bits/8)]``, each row padded
+    to a whole byte.  When K is not a multiple of block_size the tail of the last block and the
+    unused zero-point slots are ignored.
+
+Dequantisation (bit-exact with ORT 1.31.1)
+    integer or absent zero point (default ``2**(bits-1)``): ``w = f32(q - zp) * s``;
+    float zero point: ``w = f32(q * s) + f32(-s * zp)`` (two roundings, no FMA).  Scales and
+    float zero points of float16/bfloat16 are widened to float32 first.  With ``g_idx`` the
+    scale/zero-point index of row k is ``g_idx[k]`` instead of ``k // block_size``, and the
+    zero points are honoured.
+
+Accumulation (the defined order, independent of threads and tiling)
+    accuracy_level 0..3 (float path): ``y[m, n] = f32(sum_k f64(a[m, k]) * f64(w[n, k]))``,
+    k ascending, accumulated in float64 (the product of two float32 is exact in float64, so
+    the kernels may fuse each multiply-add without changing a bit).
+    accuracy_level 4 (int8 path, ORT's CompInt8): A is quantised per row and K-block,
+    symmetric int8 (``amax = max|a|``, zero-padded past K; ``sa = f32(amax/127)``,
+    ``inv = f32(127/amax)`` or 0, ``qa = RNE(f32(a*inv))``); then for each block b in
+    ascending order ``acc += f64(f32(sa*sb)) * isum + f64(f32(sa*asum)) * f64(f32(-sb*zp))``
+    with ``isum = sum(qa*q)`` over the raw weights and ``asum = sum(qa)``, both exact, and
+    ``y = f32(acc)``.  Then, on both paths, ``y = f32(y + bias)`` and the result is rounded
+    to A's type (float16 and bfloat16 A are computed in float32, as ORT does for float16).
+
+ORT 1.31.1 on x86-64 with AVX512-VNNI (measured; B, scales, zero points and g_idx as
+initializers, which is what lets ORT prepack B and use CompInt8):
+
+=============================================  ==========================================
+configuration                                  ORT
+=============================================  ==========================================
+bits 3, 5, 6, 7                                rejected ("Only 2b, 4b and 8b")
+block_size 512 and above                       rejected (only 16..256)
+bfloat16 A                                     rejected (no CPU kernel)
+8 bits with float zero points or with g_idx    rejected at run time
+2 bits with g_idx and float zero points        rejected
+2 bits with g_idx                              reads B as 4-bit (SEMANTICS.md; not run)
+4 bits with g_idx and packed zero points       zero points ignored (2**(bits-1) used)
+level 4, float zero points or g_idx            float32 path (qaccel: float path too)
+level 4, 2 bits with block_size 16 or 256      float32 path (qaccel: int8 path)
+level 4, other integer/absent zero points      CompInt8 (qaccel: int8 path)
+=============================================  ==========================================
+
+With B as a graph input instead of an initializer ORT always takes its float32 path and also
+rejects float zero points and g_idx with 8 bits.  Everything ORT rejects or gets wrong is
+computed by qaccel with the formulas above.  Results agree with ORT within
+``2.5e-7 * sum_k |a_k w_k|`` when both take the same path (one float16 ulp for float16 A);
+ORT accumulates in float32 in a kernel-dependent order.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numba
+import numpy as np
+
+from . import nbits_kernels as _k
+from .validate import as_array, check_int, check_power_of_two, check_shape
+
+__all__ = [
+    "dequantize_nbits",
+    "matmul_nbits",
+    "pack_nbits",
+    "pack_zero_points",
+    "quantize_weights_nbits",
+    "unpack_nbits",
+    "unpack_zero_points",
+]
+
+_A_DTYPES = {
+    np.dtype(np.float32): "float32",
+    np.dtype(np.float16): "float16",
+    np.dtype(ml_dtypes.bfloat16): "bfloat16",
+}
+_TILE = 128  # output columns per parallel work item of the kernel
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _bits(bits) -> int:
+    return check_int("bits", bits, 2, 8)
+
+
+def _block_size(block_size) -> int:
+    return check_power_of_two("block_size", block_size, 16)
+
+
+def _nbytes(count: int, bits: int) -> int:
+    return (count * bits + 7) // 8
+
+
+def _uint8(param: str, value) -> np.ndarray:
+    arr = as_array(param, value)
+    if arr.dtype != np.uint8:
+        raise TypeError(f"{param} must be a uint8 array, not {arr.dtype}")
+    return arr
+
+
+def pack_nbits(values, bits):
+    """Pack ``bits``-bit unsigned elements into LSB-first bit streams along the last axis.
+
+    Element ``j`` of a row occupies bits ``[j*bits, (j+1)*bits)`` of the row's little-endian
+    bit stream (crossing byte boundaries for 3, 5, 6, 7 bits); the row is padded with zero
+    bits to a whole byte.  This is the layout of one MatMulNBits block of ``B`` and of one
+    row of packed zero points.
+
+    Parameters
+    ----------
+    values : array_like of int, shape (..., count)
+        Elements in ``[0, 2**bits)``.
+    bits : int
+        2..8.
+
+    Returns
+    -------
+    numpy.ndarray of uint8, shape (..., ceil(count*bits/8))
+    """
+    bits = _bits(bits)
+    v = as_array("values", values)
+    if v.dtype.kind not in "iub":
+        raise TypeError(f"values must be an integer array, not {v.dtype}")
+    if v.ndim == 0:
+        raise ValueError("values must have at least 1 dimension, not 0")
+    if v.size and (v.min() < 0 or v.max() >= 1 << bits):
+        bad = v[(v < 0) | (v >= 1 << bits)].flat[0]
+        raise ValueError(f"values must be in [0, {(1 << bits) - 1}] for {bits} bits, not {bad}")
+    count = v.shape[-1]
+    rows = np.ascontiguousarray(v.reshape(-1, count), dtype=np.uint8)
+    out = _k.pack_bits(rows, bits, _nbytes(count, bits))
+    return out.reshape(*v.shape[:-1], out.shape[-1])
+
+
+def unpack_nbits(packed, bits, count):
+    """Inverse of :func:`pack_nbits`: the first ``count`` elements of each row's bit stream.
+
+    Parameters
+    ----------
+    packed : numpy.ndarray of uint8, shape (..., nbytes)
+    bits : int
+        2..8.
+    count : int
+        Elements per row; ``count*bits <= 8*nbytes``.
+
+    Returns
+    -------
+    numpy.ndarray of uint8, shape (..., count)
+    """
+    bits = _bits(bits)
+    p = _uint8("packed", packed)
+    if p.ndim == 0:
+        raise ValueError("packed must have at least 1 dimension, not 0")
+    count = check_int("count", count, 0)
+    if count * bits > 8 * p.shape[-1]:
+        raise ValueError(
+            f"count must be <= {8 * p.shape[-1] // bits} for {p.shape[-1]} bytes of "
+            f"{bits}-bit elements, not {count}"
+        )
+    rows = np.ascontiguousarray(p.reshape(-1, p.shape[-1]))
+    return _k.unpack_bits(rows, bits, count).reshape(*p.shape[:-1], count)
+
+
+def pack_zero_points(zero_points, bits):
+    """Pack integer zero points (N, k_blocks) as MatMulNBits (and ORT's quantiser) stores them.
+
+    Each row becomes ``ceil(k_blocks*bits/8)`` bytes; the unused whole slots of the last byte
+    hold ``2**(bits-1)`` (what ORT's quantiser writes for bits 2 and 4), leftover bits are 0.
+    """
+    bits = _bits(bits)
+    z = as_array("zero_points", zero_points)
+    if z.ndim != 2:
+        raise ValueError(f"zero_points must be 2-D (N, k_blocks), not {z.ndim}-D")
+    n, kb = z.shape
+    slots = 8 * _nbytes(kb, bits) // bits
+    padded = np.full((n, slots), 1 << (bits - 1), dtype=np.int64)
+    padded[:, :kb] = z
+    return pack_nbits(padded, bits)
+
+
+def unpack_zero_points(zero_points, bits, k_blocks):
+    """Packed zero points (N, ceil(k_blocks*bits/8)) uint8 -> (N, k_blocks) uint8."""
+    return unpack_nbits(zero_points, bits, k_blocks)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+class _Op:
+    """Validated MatMulNBits arguments, converted to what the kernels take."""
+
+    def __init__(self, B, scales, zero_points, g_idx, *, K, N, bits, block_size, dtype):
+        self.K = K = check_int("K", K, 1)
+        self.N = N = check_int("N", N, 1)
+        self.bits = bits = _bits(bits)
+        self.block_size = bs = _block_size(block_size)
+        self.kb = kb = (K + bs - 1) // bs
+        blob = bs * bits // 8
+        b = _uint8("B", B)
+        check_shape("B", b, (N, kb, blob), f"N, ceil(K/block_size), block_size*bits/8 for K={K}")
+        self.Bw = np.ascontiguousarray(b).view(np.uint16)  # blob = 2*bits*block_size/16
+
+        self.scales = self._per_block("scales", scales, dtype, N, kb)
+        self.zmode = _k.ZP_DEFAULT
+        self.zpk = np.zeros((1, 1), np.uint8)
+        self.zpf = np.zeros((1, 1), np.float32)
+        if zero_points is not None:
+            z = as_array("zero_points", zero_points)
+            if z.dtype == np.uint8:
+                nz = _nbytes(kb, bits)
+                if z.shape not in ((N, nz), (N * nz,)):
+                    raise ValueError(
+                        f"zero_points (packed uint8) must have shape {(N, nz)} "
+                        f"(N, ceil(k_blocks*bits/8)), not {z.shape}"
+                    )
+                self.zpk = np.ascontiguousarray(z.reshape(N, nz))
+                self.zmode = _k.ZP_PACKED
+            elif z.dtype == dtype:
+                self.zpf = self._per_block("zero_points", z, dtype, N, kb)
+                self.zmode = _k.ZP_FLOAT
+            else:
+                raise TypeError(
+                    f"zero_points must be uint8 (packed) or {_A_DTYPES[dtype]} like A, "
+                    f"not {z.dtype}"
+                )
+
+        self.gidx = None
+        if g_idx is not None:
+            g = as_array("g_idx", g_idx)
+            if g.dtype != np.int32:
+                raise TypeError(f"g_idx must be an int32 array, not {g.dtype}")
+            check_shape("g_idx", g, (K,), "K")
+            bad = (g < 0) | (g >= kb)
+            if bad.any():
+                raise ValueError(f"g_idx values must be in [0, {kb - 1}], not {g[bad][0]}")
+            self.gidx = np.ascontiguousarray(g)
+
+    @staticmethod
+    def _per_block(param, value, dtype, N, kb):
+        v = as_array(param, value)
+        if v.dtype != dtype:
+            raise TypeError(f"{param} must be {_A_DTYPES[dtype]} like A, not {v.dtype}")
+        if v.shape not in ((N, kb), (N * kb,)):
+            raise ValueError(f"{param} must have shape {(N, kb)} (N, k_blocks), not {v.shape}")
+        return np.ascontiguousarray(v.reshape(N, kb), dtype=np.float32)
+
+    def kernel_args(self) -> tuple:
+        """The weight-side arguments of :func:`nbits_kernels.matmul`, in its order.
+
+        g_idx is passed as an empty array for the default ``k // block_size``.
+        """
+        gidx = self.gidx if self.gidx is not None else np.zeros(0, np.int32)
+        return (
+            self.Bw,
+            self.scales,
+            self.zpk,
+            self.zpf,
+            self.zmode,
+            gidx,
+            self.bits,
+            self.block_size,
+        )
+
+
+def _permute_row(qa, op):
+    """The quantised row of A as int8, in the order :func:`nbits_kernels.matmul_int8_row` reads."""
+    P = 8 // op.bits
+    q = np.zeros(op.kb * op.block_size, np.int8)
+    q[: op.K] = qa[0]
+    return np.ascontiguousarray(q.reshape(op.kb, -1, P).transpose(0, 2, 1)).ravel()
+
+
+def _check_A(A, K):
+    a = as_array("A", A)
+    if a.dtype not in _A_DTYPES:
+        raise TypeError(f"A must be float32, float16 or bfloat16, not {a.dtype}")
+    if a.ndim < 2:
+        raise ValueError(f"A must have rank >= 2 ([..., K]), not rank {a.ndim}")
+    if a.shape[-1] != K:
+        raise ValueError(f"A's last dimension must be K={K}, not {a.shape[-1]}")
+    return a
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def matmul_nbits(
+    A,
+    B,
+    scales,
+    zero_points=None,
+    g_idx=None,
+    bias=None,
+    *,
+    K,
+    N,
+    bits,
+    block_size,
+    accuracy_level=0,
+):
+    """MatMulNBits (com.microsoft): ``Y = A @ dequant(B)^T + bias``.
+
+    Parameters
+    ----------
+    A : numpy.ndarray, shape (..., K), float32, float16 or bfloat16
+    B : numpy.ndarray of uint8, shape (N, k_blocks, block_size*bits/8)
+        ``k_blocks = ceil(K/block_size)``; each block an LSB-first ``bits``-bit stream.
+    scales : numpy.ndarray of A's dtype, shape (N, k_blocks) (or flattened)
+    zero_points : numpy.ndarray, optional
+        uint8 packed ``(N, ceil(k_blocks*bits/8))``, or A's dtype unpacked ``(N, k_blocks)``
+        (or either flattened).  Absent: ``2**(bits-1)``.
+    g_idx : numpy.ndarray of int32, shape (K,), optional
+        Scale/zero-point group of each row of W, in ``[0, k_blocks)``.
+    bias : numpy.ndarray of A's dtype, shape (N,), optional
+    K, N, bits, block_size : int
+        bits 2..8, block_size a power of two >= 16.
+    accuracy_level : int
+        0..3 float path; 4 int8 path (float path with float zero points or g_idx).
+
+    Returns
+    -------
+    numpy.ndarray of A's dtype, shape (..., N)
+        Computed in float32 with the accumulation order of the module docstring, then rounded
+        to A's dtype.  Dequantised weights are bit-exact with ORT; the sum is not (ORT
+        accumulates in float32 in a kernel-dependent order).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the parameter and value, for any structural error.
+    """
+    level = check_int("accuracy_level", accuracy_level, 0, 4)
+    a = _check_A(A, check_int("K", K, 1))
+    op = _Op(
+        B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size, dtype=a.dtype
+    )
+    b32 = None
+    if bias is not None:
+        b = as_array("bias", bias)
+        if b.dtype != a.dtype:
+            raise TypeError(f"bias must be {_A_DTYPES[a.dtype]} like A, not {b.dtype}")
+        check_shape("bias", b, (op.N,), "N")
+        b32 = b.astype(np.float32)
+
+    a2 = np.ascontiguousarray(a.reshape(-1, op.K), dtype=np.float32)
+    out = np.empty((a2.shape[0], op.N), np.float32)
+    int8 = level == 4 and op.zmode != _k.ZP_FLOAT and op.gidx is None
+    sa = absum = np.zeros((1, 1), np.float32)
+    if int8:
+        a2, sa, absum = _k.quantize_a(a2, op.block_size)
+    if int8 and a2.shape[0] == 1 and 8 % op.bits == 0:
+        _k.matmul_int8_row(
+            _permute_row(a2, op),
+            sa,
+            absum,
+            op.Bw.view(np.uint8),
+            op.scales,
+            op.zpk,
+            op.zmode,
+            op.bits,
+            op.block_size,
+            out,
+        )
+    else:
+        with numba.parallel_chunksize(1):  # tiles handed out one at a time: balances cores
+            _k.matmul(a2, sa, absum, *op.kernel_args(), int8, _TILE, out)
+    if b32 is not None:
+        out += b32
+    return out.astype(a.dtype, copy=False).reshape(*a.shape[:-1], op.N)
+
+
+def dequantize_nbits(B, scales, zero_points=None, g_idx=None, *, K, N, bits, block_size):
+    """The float32 weights ``W^T`` (N, K) that MatMulNBits multiplies by, bit-exact with ORT.
+
+    Same arguments as :func:`matmul_nbits`; the result is float32 whatever the scales' type
+    (ORT widens float16 scales and zero points to float32 before dequantising).
+    """
+    scales_arr = as_array("scales", scales)
+    if scales_arr.dtype not in _A_DTYPES:
+        raise TypeError(f"scales must be float32, float16 or bfloat16, not {scales_arr.dtype}")
+    op = _Op(
+        B,
+        scales_arr,
+        zero_points,
+        g_idx,
+        K=K,
+        N=N,
+        bits=bits,
+        block_size=block_size,
+        dtype=scales_arr.dtype,
+    )
+    blocks = op.Bw.view(np.uint8)
+    q = unpack_nbits(blocks, op.bits, op.block_size).reshape(op.N, -1)[:, : op.K]
+    g = op.gidx if op.gidx is not None else np.arange(op.K) // op.block_size
+    s = op.scales[:, g]
+    qf = q.astype(np.float32)
+    if op.zmode == _k.ZP_FLOAT:
+        return qf * s + -s * op.zpf[:, g]
+    if op.zmode == _k.ZP_PACKED:
+        z = unpack_zero_points(op.zpk, op.bits, op.kb)[:, g]
+    else:
+        z = 1 << (op.bits - 1)
+    return (q.astype(np.int32) - z).astype(np.float32) * s
+
+
+def quantize_weights_nbits(W, *, bits, block_size, symmetric):
+    """Quantise a MatMul weight as ORT's ``quantize_matmul_{2,4,8}bits`` does, bit for bit.
+
+    Per column of ``W`` and block of ``block_size`` rows (the last block may be partial):
+
+    - asymmetric: ``lo = min(min(blk), 0)``, ``hi = max(max(blk), 0)``,
+      ``s = f32((hi - lo) / (2**bits - 1))``, ``zp = clamp(roundf(-lo / s))`` (``zp = 0`` if
+      ``s == 0``);
+    - symmetric: ``s = f32(m / -2**(bits-1))`` with ``m`` the signed element of largest
+      magnitude (the negative one on a tie), so ``s`` can be negative (and is -0.0 for an
+      all-zero block); no zero points (the default ``2**(bits-1)`` applies);
+    - ``q = clamp(roundf(w * f32(1/s) + zp), 0, 2**bits - 1)`` (``1/s`` taken as 0 when
+      ``s == 0``), all in float32, without FMA, ``roundf`` rounding half away from zero.
+
+    Bits 3, 5, 6, 7 (which ORT lacks) use the same formulas.  The tail of the last block is
+    zero (ORT leaves it untouched, i.e. zero in its Python quantiser, except for stale
+    elements in a partially written byte); unused zero-point slots hold ``2**(bits-1)``.
+
+    Parameters
+    ----------
+    W : numpy.ndarray of float32, shape (K, N)
+        As stored in an ONNX MatMul initializer.
+    bits : int
+        2..8.
+    block_size : int
+        Power of two >= 16.
+    symmetric : bool
+
+    Returns
+    -------
+    B : numpy.ndarray of uint8, shape (N, k_blocks, block_size*bits/8)
+    scales : numpy.ndarray of float32, shape (N, k_blocks)
+    zero_points : numpy.ndarray of uint8, shape (N, ceil(k_blocks*bits/8)), or None
+        None when ``symmetric``.
+    """
+    bits = _bits(bits)
+    bs = _block_size(block_size)
+    if not isinstance(symmetric, (bool, np.bool_)):
+        raise TypeError(f"symmetric must be a bool, not {symmetric!r}")
+    w = as_array("W", W)
+    if w.dtype != np.float32:
+        raise TypeError(f"W must be a float32 array, not {w.dtype}")
+    if w.ndim != 2 or 0 in w.shape:
+        raise ValueError(f"W must be a non-empty 2-D array (K, N), not shape {w.shape}")
+    K, N = w.shape
+    q, scales, zps = _k.quantize_blockwise(np.ascontiguousarray(w), bits, bs, bool(symmetric))
+    kb = scales.shape[1]
+    B = pack_nbits(q.reshape(N, kb, bs), bits)
+    return B, scales, None if symmetric else pack_zero_points(zps, bits)
