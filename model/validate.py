@@ -53,7 +53,8 @@ def check_axis(param: str, axis, ndim: int) -> int:
     """Return ``axis`` normalised to ``[0, ndim)``; ValueError if out of range."""
     a = check_int(param, axis)
     if not -ndim <= a < ndim:
-        raise ValueError(f"{param} must be in [{-ndim}, {ndim - 1}] for a rank-{ndim} input, not {a}")
+        raise ValueError(
+            f"{param} must be in [{-ndim}, {ndim - 1}] for a rank-{ndim} input, not {a}")
     return a % ndim
 
 
@@ -61,4 +62,5 @@ def check_shape(param: str, array: np.ndarray, expected: tuple[int, ...], why: s
     """Raise ValueError naming ``param`` if ``array.shape != expected``."""
     if tuple(array.shape) != tuple(expected):
         extra = f" ({why})" if why else ""
-        raise ValueError(f"{param} must have shape {tuple(expected)}{extra}, not {tuple(array.shape)}")
+        raise ValueError(
+            f"{param} must have shape {tuple(expected)}{extra}, not {tuple(array.shape)}")

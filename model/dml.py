@@ -1,0 +1,104 @@
+"""DirectML ``DML_OPERATOR_ELEMENT_WISE_QUANTIZE_LINEAR`` golden model.
+
+``output = clamp(round(input / scale) + zero_point, Min, Max)`` element by element, with
+``[Min, Max]`` = [-128, 127] for int8 and [0, 255] for uint8.
+
+DirectML gives every tensor the same DimensionCount (1 to 8) and Sizes and broadcasts with zero
+strides; here NumPy shapes stand in for that: ``scale`` and ``zero_point`` must have the rank
+of ``input`` and each of their sizes must be ``input``'s or 1 (:func:`.indexing.broadcast_layout`).
+
+The DirectML documentation names neither the rounding nor the division precision.  qaccel
+chooses, and is bit-exact with:
+
+- division in **float32**, correctly rounded: float16 inputs and scales are widened to
+  float32 exactly, an int32 input is converted to float32 with round-half-even;
+- ``round`` = round half to even (HLSL ``round``), then ``+ zero_point`` and the clamp;
+- quotients beyond the range, and +-inf, saturate; NaN (for example 0 / 0) gives ``Min``.
+  A zero scale is undefined in DirectML; here it gives what IEEE division gives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import quant_kernels as qk
+from .dtypes import dtype_name, float_dtype, qtype
+from .indexing import broadcast_layout
+from .validate import as_array
+
+__all__ = ["dml_quantize_linear"]
+
+#: DirectML tensors have 1 to 8 dimensions.
+MAX_RANK = 8
+
+
+def dml_quantize_linear(input, scale, zero_point=None, *, output_dtype=np.int8):
+    """Quantise ``input`` as DML_ELEMENT_WISE_QUANTIZE_LINEAR does (see the module notes).
+
+    Parameters
+    ----------
+    input : ndarray
+        float32, float16 or int32, 1 to 8 dimensions.
+    scale : ndarray
+        The rank of ``input``, each size ``input``'s or 1; float32 for an int32 input,
+        otherwise ``input``'s type.
+    zero_point : ndarray, optional
+        int8 or uint8, shaped like ``scale`` (independently broadcast); its type is the
+        output type.
+    output_dtype : dtype
+        int8 or uint8, the output type when there is no zero point (ignored otherwise).
+
+    Returns
+    -------
+    ndarray
+        Shape of ``input``, int8 or uint8.
+
+    Raises
+    ------
+    TypeError
+        Unsupported or inconsistent dtypes.
+    ValueError
+        Ranks outside 1..8 or different, sizes that do not broadcast.
+    """
+    x = as_array("input", input)
+    scale = as_array("scale", scale)
+    zero_point = as_array("zero_point", zero_point, allow_none=True)
+    x_dtype = float_dtype(x.dtype, param="input", allowed=("float32", "float16", "int32"))
+    s_dtype = float_dtype(scale.dtype, param="scale", allowed=("float32", "float16"))
+    if x_dtype == np.int32 and s_dtype != np.float32:
+        raise TypeError(f"an int32 input needs a float32 scale, not {dtype_name(s_dtype)}")
+    if x_dtype != np.int32 and s_dtype != x_dtype:
+        raise TypeError(
+            f"scale must have the input's type ({dtype_name(x_dtype)}), not {dtype_name(s_dtype)}"
+        )
+    if zero_point is None:
+        out_q = qtype(output_dtype, param="output_dtype", allowed=("int8", "uint8"))
+    else:
+        out_q = qtype(zero_point.dtype, param="zero_point", allowed=("int8", "uint8"))
+    if not 1 <= x.ndim <= MAX_RANK:
+        raise ValueError(f"input must have 1 to {MAX_RANK} dimensions, not {x.ndim}")
+
+    layout = broadcast_layout(x.shape, scale.shape, param="scale")
+    if zero_point is not None and zero_point.shape != scale.shape:
+        # one layout serves both: broadcast them to their common shape
+        broadcast_layout(x.shape, zero_point.shape, param="zero_point")
+        shape = np.broadcast_shapes(scale.shape, zero_point.shape)
+        scale = np.broadcast_to(scale, shape)
+        zero_point = np.broadcast_to(zero_point, shape)
+        layout = broadcast_layout(x.shape, shape, param="scale")
+
+    flat = np.ascontiguousarray(x).reshape(-1)
+    xk, xfmt = (flat.view(np.uint16), qk.FMT_F16) if x_dtype == np.float16 else (flat, 0)
+    sk = np.ascontiguousarray(scale, dtype=np.float32).reshape(-1)
+    if zero_point is None:
+        zk = np.zeros(sk.size, np.uint8)
+    else:
+        zk = np.ascontiguousarray(zero_point).reshape(-1).view(np.uint8)
+    out = qk.output_buffer(layout.size, np.uint8)
+    sizes, strides, blocks, n_items = layout.kernel_args()
+    mask, sgn = np.int32(0xFF), np.int32(0x80 if out_q.signed else 0)
+    lo, hi = np.float32(out_q.qmin), np.float32(out_q.qmax)
+    prm = (xfmt, 0, mask, sgn, lo, hi)
+    args = (xk, sk, zk, out, sizes, strides, blocks, prm)
+    qk.run_items(qk.quantize_int_kernel, n_items, layout.size, *args)
+    return out.view(out_q.dtype).reshape(x.shape)

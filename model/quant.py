@@ -1,0 +1,335 @@
+"""ONNX QuantizeLinear and DequantizeLinear, bit-exact with ``onnx.reference``.
+
+Both functions take and return NumPy arrays (ml_dtypes arrays for the sub-byte, float8 and
+float4 types), mirror the ONNX argument names, and return exactly the shape and dtype the ONNX
+reference implementation (onnx 1.23, opsets 10 to 25) returns.  Every output bit equals the
+reference's, except where documented below.
+
+Granularity comes from the scale's shape (see :func:`.indexing.scale_layout`): one element =
+per-tensor (whatever its rank and ``axis``), 1-D = per-axis, same rank as ``x`` with
+``block_size > 0`` = blocked (the last block may be partial).  The zero point must have the
+scale's shape (two one-element arrays of different rank are accepted).
+
+Scope: the semantics of the latest opset, which contain the earlier ones (an older model's
+restrictions, such as opset 19's rank-1 scales, are not enforced).  Not supported: float8e8m0
+scales (opset 24) and the float6 types (opset 28).
+
+Documented deviations from onnx.reference
+-----------------------------------------
+- **Saturation where the reference's int32 arithmetic wraps (QuantizeLinear to integer
+  types).**  The reference computes ``clip(int32(rint(x / scale)) + zero_point)`` in int32:
+  quotients beyond the int32 range, +-inf and NaN become INT32_MIN, and the sum with the zero
+  point wraps around.  So +1e10 or +inf gives ``qmin`` (0 for uint8), and NaN with a negative
+  zero point gives ``qmax``.  qaccel follows the spec and saturates: large positive or +inf
+  gives ``qmax``, large negative or -inf ``qmin``, NaN always ``qmin``.  ONNX Runtime
+  saturates the same way in its per-tensor and per-axis kernels (not in its float16-input
+  kernel, nor for blocks along an axis other than the last, which wrap like the reference).
+- **Blocked scale shape.**  The reference accepts any scale with ``S * block_size >= D``
+  along the axis (the extra blocks are never used); qaccel requires ``S == ceil(D /
+  block_size)``, as the spec and ONNX Runtime do.
+- **Zero-point checks.**  The reference does not check the shape of a float8 zero point, nor
+  look at a float4e2m1 zero point of DequantizeLinear at all; qaccel requires the scale's
+  shape (and, for DequantizeLinear, the dtype of ``x``) for every zero point.
+
+Large outputs come from recycled buffers (:func:`.quant_kernels.output_buffer`), the work is
+spread over threads (:func:`.quant_kernels.run_items`), and the Numba kernels compile on first
+use and are cached on disk.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+
+from . import quant_kernels as qk
+from .dtypes import QTYPES, QType, dtype_name, float_dtype, qtype
+from .indexing import scale_layout
+from .validate import as_array, check_int
+
+__all__ = ["division_dtype", "dequantize_linear", "quantize_linear"]
+
+#: Output types of QuantizeLinear (opset 25).
+Q_OUTPUT_TYPES = tuple(name for name in QTYPES if name != "int32")
+#: Types of ``x`` and ``y_scale`` of QuantizeLinear (opset 23 decouples them).
+Q_INPUT_TYPES = ("float32", "float16", "bfloat16", "int32")
+#: Float formats of DequantizeLinear scales and outputs.
+DQ_FLOAT_TYPES = ("float32", "float16", "bfloat16")
+
+_F16 = np.dtype(np.float16)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_HALF_FORMAT = {_F16: qk.FMT_F16, _BF16: qk.FMT_BF16}
+_FLOAT8 = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")
+
+
+def division_dtype(x_dtype, scale_dtype) -> np.dtype:
+    """Return the type NumPy divides ``x / scale`` in, as onnx.reference does.
+
+    int32 on either side gives float64; equal float types keep their type (float16 / float16
+    is rounded to float16, bfloat16 / bfloat16 to bfloat16); other float mixes give float32.
+    """
+    x_dtype, scale_dtype = np.dtype(x_dtype), np.dtype(scale_dtype)
+    if np.dtype(np.int32) in (x_dtype, scale_dtype):
+        return _F64
+    return x_dtype if x_dtype == scale_dtype else _F32
+
+
+def _check_saturate(saturate) -> bool:
+    if isinstance(saturate, (bool, np.bool_)):
+        return bool(saturate)
+    if isinstance(saturate, (int, np.integer)):
+        if saturate in (0, 1):
+            return bool(saturate)
+        raise ValueError(f"saturate must be True/False or 0/1, not {saturate!r}")
+    raise TypeError(f"saturate must be a bool, not {type(saturate).__name__} {saturate!r}")
+
+
+def _check_zero_point_shape(param: str, zero_point, scale) -> None:
+    if zero_point.shape != scale.shape and not (zero_point.size == 1 == scale.size):
+        raise ValueError(
+            f"{param} must have the shape of the scale {scale.shape}, not {zero_point.shape}"
+        )
+
+
+def _code_view(q: QType, array: np.ndarray) -> np.ndarray:
+    """Return integer data as the kernels' codes: uint8/uint16 views, int32 as is."""
+    if q.bits == 32:
+        return array.reshape(-1)
+    return array.reshape(-1).view(np.uint8 if q.bits <= 8 else np.uint16)
+
+
+def _code_params(q: QType) -> tuple[np.int32, np.int32]:
+    """Return ``(mask, sgn)`` that sign- or zero-extend the codes of ``q``."""
+    if q.bits == 32:
+        return np.int32(-1), np.int32(0)
+    return np.int32((1 << q.bits) - 1), np.int32(1 << (q.bits - 1) if q.signed else 0)
+
+
+def _kernel_x(x: np.ndarray):
+    """Return ``(flat x for the kernels, its 16-bit float format code or 0)``."""
+    fmt = _HALF_FORMAT.get(x.dtype, 0)
+    flat = x.reshape(-1)
+    return (flat.view(np.uint16), fmt) if fmt else (flat, 0)
+
+
+@functools.cache
+def _float32_table(dtype: np.dtype) -> np.ndarray:
+    """Return the float32 value of each of the 256 byte patterns of an 8-bit-or-less float."""
+    return np.arange(256, dtype=np.uint8).view(dtype).astype(np.float32)
+
+
+def _run(kernel, layout, x, s, z, out, *prm):
+    sizes, strides, blocks, n_items = layout.kernel_args()
+    qk.run_items(kernel, n_items, layout.size, x, s, z, out, sizes, strides, blocks, prm)
+
+
+def quantize_linear(
+    x,
+    y_scale,
+    y_zero_point=None,
+    *,
+    axis=1,
+    block_size=0,
+    output_dtype=None,
+    saturate=True,
+    precision=None,
+):
+    """Quantise ``x``: ``saturate(rint(x / y_scale) + y_zero_point)`` (ONNX QuantizeLinear).
+
+    Parameters
+    ----------
+    x : ndarray
+        float32, float16, bfloat16 or int32.
+    y_scale : ndarray
+        float32, float16, bfloat16 or int32; one element (per-tensor), 1-D (per-axis) or the
+        rank of ``x`` (blocked).
+    y_zero_point : ndarray, optional
+        Output-typed zero point with the scale's shape; its dtype sets the output type.  Not
+        used for float8 outputs (as in the reference), added before encoding for float4e2m1.
+    axis : int
+        Quantisation axis for per-axis and blocked scales; negative counts from the back.
+    block_size : int
+        0, or the block length along ``axis`` (blocked quantisation).
+    output_dtype : dtype, optional
+        Output type when there is no zero point (default uint8): int2..int16 and their unsigned
+        twins, float8e4m3fn, float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float4e2m1.
+    saturate : bool
+        Float8 only: clip to the largest finite value before encoding (default), or encode
+        with overflow to NaN / infinity.
+    precision : dtype, optional
+        float32, float16 or bfloat16: cast ``x`` and ``y_scale`` to it and divide in it.
+
+    Returns
+    -------
+    ndarray
+        Shape of ``x``, the output type.
+
+    Notes
+    -----
+    Bit-exact with onnx.reference.  The quotient is rounded to the type NumPy divides in
+    (:func:`division_dtype`; ``precision`` if given), so float16 and bfloat16 quotients are
+    rounded before ``rint`` (round half to even).  Integer outputs add the zero point and
+    saturate to the output range; unlike the reference, quotients beyond the int32 range
+    saturate too (see the module notes).  Float8 outputs are the round-to-nearest-even
+    encoding of the quotient, clipped first when ``saturate``; float4e2m1 outputs that of
+    ``quotient + zero_point`` (float32 sum, or float64 for an int32 ``x`` or scale).
+
+    Raises
+    ------
+    TypeError
+        Unsupported dtypes, wrong argument types.
+    ValueError
+        Shapes that do not fit, ``axis`` out of range, ``output_dtype`` contradicting the
+        zero point's type.
+    """
+    x = as_array("x", x)
+    y_scale = as_array("y_scale", y_scale)
+    zero_point = as_array("y_zero_point", y_zero_point, allow_none=True)
+    float_dtype(x.dtype, param="x", allowed=Q_INPUT_TYPES)
+    float_dtype(y_scale.dtype, param="y_scale", allowed=Q_INPUT_TYPES)
+    check_int("axis", axis)
+    block_size = check_int("block_size", block_size, lo=0)
+    saturate = _check_saturate(saturate)
+    if precision is not None:
+        precision = float_dtype(precision, param="precision")
+    out_q = None if output_dtype is None else qtype(
+        output_dtype, param="output_dtype", allowed=Q_OUTPUT_TYPES
+    )
+    if zero_point is not None:
+        zp_q = qtype(zero_point.dtype, param="y_zero_point", allowed=Q_OUTPUT_TYPES)
+        if out_q is not None and out_q != zp_q:
+            raise ValueError(
+                f"output_dtype {out_q.name} contradicts the zero point's type {zp_q.name}"
+            )
+        out_q = zp_q
+    out_q = out_q or QTYPES["uint8"]
+    layout = scale_layout(x.shape, y_scale.shape, axis, block_size, param="y_scale")
+    if zero_point is not None:
+        _check_zero_point_shape("y_zero_point", zero_point, y_scale)
+
+    division = precision if precision is not None else division_dtype(x.dtype, y_scale.dtype)
+    compute = _F64 if division == _F64 else _F32
+    rnd = _HALF_FORMAT.get(division, 0)
+    xk, xfmt = _kernel_x(np.ascontiguousarray(x))
+    sk = np.ascontiguousarray(y_scale.astype(division, copy=False), dtype=compute).reshape(-1)
+
+    if out_q.is_int:
+        codes = np.uint8 if out_q.bits <= 8 else np.uint16
+        zk = (
+            np.zeros(sk.size, codes)
+            if zero_point is None
+            else _code_view(out_q, np.ascontiguousarray(zero_point))
+        )
+        out = qk.output_buffer(layout.size, codes)
+        mask, sgn = _code_params(out_q)
+        lo, hi = compute.type(out_q.qmin), compute.type(out_q.qmax)
+        _run(qk.quantize_int_kernel, layout, xk, sk, zk, out, xfmt, rnd, mask, sgn, lo, hi)
+        return out.view(out_q.dtype).reshape(x.shape)
+
+    # float8 / float4: the kernel writes the (clipped) quotient, ml_dtypes encodes it
+    adds_zero_point = zero_point is not None and out_q.name not in _FLOAT8
+    if adds_zero_point:
+        zk = np.ascontiguousarray(zero_point, dtype=compute).reshape(-1)
+    else:
+        zk = np.full(sk.size, -0.0, compute)  # -0.0 is the exact additive identity
+    fmax = compute.type(out_q.qmax if saturate and out_q.name in _FLOAT8 else np.inf)
+    quotient = qk.output_buffer(layout.size, compute)
+    _run(qk.quantize_float_kernel, layout, xk, sk, zk, quotient, xfmt, rnd, fmax)
+    return quotient.astype(out_q.dtype).reshape(x.shape)
+
+
+def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=None):
+    """Dequantise ``x``: ``(x - x_zero_point) * x_scale`` (ONNX DequantizeLinear).
+
+    Parameters
+    ----------
+    x : ndarray
+        int2..int32 or their unsigned twins, float8e4m3fn, float8e4m3fnuz, float8e5m2,
+        float8e5m2fnuz or float4e2m1.
+    x_scale : ndarray
+        float32, float16 or bfloat16; one element, 1-D (per-axis) or blocked.
+    x_zero_point : ndarray, optional
+        The type of ``x`` and the shape of the scale.  A float8 zero point must be zero (the
+        reference's test: ``zero_point.astype(uint8) == 0``, so any ``|zp| < 1`` passes); a
+        float4e2m1 zero point is ignored, as in the reference.
+    axis, block_size : int
+        As in :func:`quantize_linear`.
+    output_dtype : dtype, optional
+        float32, float16 or bfloat16; default: the scale's type.
+
+    Returns
+    -------
+    ndarray
+        Shape of ``x``, the output type.
+
+    Notes
+    -----
+    Bit-exact with onnx.reference: ``float32(x) - zero_point`` (exact up to 16 bits; float64
+    for int32 with a zero point), times the scale in float32 (float64 for int32 with a zero
+    point), rounded to the output type (round half to even; a float16 or bfloat16 output is
+    rounded twice, first to float32, as in the reference).
+
+    Raises
+    ------
+    TypeError
+        Unsupported dtypes, wrong argument types.
+    ValueError
+        Shapes that do not fit, ``axis`` out of range, a zero point whose type differs from
+        ``x``'s or a non-zero float8 zero point.
+    """
+    x = as_array("x", x)
+    x_scale = as_array("x_scale", x_scale)
+    zero_point = as_array("x_zero_point", x_zero_point, allow_none=True)
+    x_q = qtype(x.dtype, param="x")
+    float_dtype(x_scale.dtype, param="x_scale", allowed=DQ_FLOAT_TYPES)
+    check_int("axis", axis)
+    block_size = check_int("block_size", block_size, lo=0)
+    out_dtype = (
+        x_scale.dtype
+        if output_dtype is None
+        else float_dtype(output_dtype, param="output_dtype", allowed=DQ_FLOAT_TYPES)
+    )
+    layout = scale_layout(x.shape, x_scale.shape, axis, block_size, param="x_scale")
+    if zero_point is not None:
+        _check_zero_point_shape("x_zero_point", zero_point, x_scale)
+        if zero_point.dtype != x.dtype:
+            raise ValueError(
+                f"x_zero_point must have the type of x ({x_q.name}), "
+                f"not {dtype_name(zero_point.dtype)}"
+            )
+        if x_q.name in _FLOAT8 and np.any(zero_point.astype(np.uint8) != 0):
+            raise ValueError("x_zero_point must be zero for float8 types")
+
+    shape = x.shape
+    x = np.ascontiguousarray(x)  # (at least 1-D)
+    wide = x_q.bits == 32 and zero_point is not None  # the reference's float64 path
+    compute = _F64 if wide else _F32
+    sk = np.ascontiguousarray(x_scale, dtype=compute).reshape(-1)
+    if x_q.is_int:
+        lut = np.empty(0, np.float32)
+        mask, sgn = _code_params(x_q)
+        xk = _code_view(x_q, x)
+        zk = (
+            np.zeros(sk.size, xk.dtype)
+            if zero_point is None
+            else _code_view(x_q, np.ascontiguousarray(zero_point))
+        )
+    else:
+        lut = _float32_table(x.dtype)
+        mask, sgn = np.int32(0xFF), np.int32(0)
+        xk = x.reshape(-1).view(np.uint8)
+        zk = np.zeros(sk.size, np.uint8)
+
+    if wide or out_dtype == _F32:
+        out = qk.output_buffer(layout.size, compute)
+        _run(qk.dequantize_kernel, layout, xk, sk, zk, out, lut, mask, sgn, 0)
+        if out_dtype != compute:
+            with np.errstate(over="ignore"):
+                out = out.astype(out_dtype)
+        return out.reshape(shape)
+    out = qk.output_buffer(layout.size, np.uint16)
+    _run(qk.dequantize_kernel, layout, xk, sk, zk, out, lut, mask, sgn, _HALF_FORMAT[out_dtype])
+    return out.view(out_dtype).reshape(shape)

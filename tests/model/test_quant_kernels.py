@@ -1,0 +1,113 @@
+"""Kernel building blocks: 16-bit float conversions, threads and output buffer recycling."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numba
+import numpy as np
+import pytest
+
+from qaccel.model import quant_kernels as qk
+from qaccel.model.quant import dequantize_linear, quantize_linear
+
+from .quant_helpers import assert_bitexact
+
+
+@numba.njit
+def _map(fn, values, out):
+    for i in range(values.size):
+        out[i] = fn(values[i])
+
+
+@numba.njit
+def _map_round(values, fmt, out):
+    for i in range(values.size):
+        out[i] = qk.round_to_format(values[i], fmt)
+
+
+def _float32_probe() -> np.ndarray:
+    """Random bit patterns (NaN payloads included), every 16-bit value widened, the ties
+    between neighbouring float16 / bfloat16 values and their float32 neighbours."""
+    rng = np.random.default_rng(5)
+    patterns = rng.integers(0, 2**32, 2_000_000, dtype=np.uint64).astype(np.uint32)
+    all16 = np.arange(2**16, dtype=np.uint16)
+    widened = [all16.view(np.float16).astype(np.float32), all16.view(ml_dtypes.bfloat16)]
+    f16 = np.sort(all16.view(np.float16)[np.isfinite(all16.view(np.float16))].astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        bf16 = all16.view(ml_dtypes.bfloat16).astype(np.float64)
+    bf16 = np.sort(bf16[np.isfinite(bf16)])
+    ties = [(a[1:] + a[:-1]) / 2 for a in (f16, bf16)] + [np.array([65520.0, -65520.0])]
+    ties = np.concatenate(ties).astype(np.float32)
+    neighbours = [np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf))]
+    values = [patterns.view(np.float32), *(w.astype(np.float32) for w in widened), ties]
+    return np.concatenate(values + neighbours)
+
+
+PROBE = _float32_probe()
+
+
+def test_float32_to_float16_bits_is_numpys_cast():
+    out = np.empty(PROBE.size, np.uint16)
+    _map(qk.f32_to_f16_bits, PROBE, out)
+    with np.errstate(over="ignore"):
+        assert_bitexact(out.view(np.float16), PROBE.astype(np.float16))
+
+
+def test_float32_to_bfloat16_bits_is_ml_dtypes_cast():
+    out = np.empty(PROBE.size, np.uint16)
+    _map(qk.f32_to_bf16_bits, PROBE, out)
+    with np.errstate(invalid="ignore"):
+        assert_bitexact(out.view(ml_dtypes.bfloat16), PROBE.astype(ml_dtypes.bfloat16))
+
+
+def test_float16_bits_to_float32_is_exact():
+    patterns = np.arange(2**16, dtype=np.uint16)
+    out = np.empty(patterns.size, np.float32)
+    _map(qk.f16_bits_to_f32, patterns, out)
+    assert_bitexact(out, patterns.view(np.float16).astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    "fmt,dtype", [(qk.FMT_F16, np.float16), (qk.FMT_BF16, ml_dtypes.bfloat16)], ids=str
+)
+def test_round_to_format(fmt, dtype):
+    finite = PROBE[~np.isnan(PROBE)]
+    out = np.empty(finite.size, np.float32)
+    _map_round(finite, fmt, out)
+    with np.errstate(over="ignore"):
+        assert_bitexact(out, finite.astype(dtype).astype(np.float32))
+
+
+def test_threads_give_the_same_bits(monkeypatch):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((64, 1000), np.float32) * 100
+    scale = rng.uniform(0.5, 2, (64, 32)).astype(np.float32)
+    kwargs = {"axis": 1, "block_size": 32, "output_dtype": np.int8}
+    expected = quantize_linear(x, scale, **kwargs)
+    monkeypatch.setattr(qk, "PARALLEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(qk, "PIECES_PER_THREAD", 64)
+    assert_bitexact(quantize_linear(x, scale, **kwargs), expected)
+
+
+def test_output_buffers_are_recycled_only_when_unreferenced():
+    q = np.ones((1024, 1024), np.int8)
+    first = dequantize_linear(q, np.float32(2))
+    address = first.ctypes.data
+    del first
+    second = dequantize_linear(q, np.float32(3))
+    assert second.ctypes.data == address  # nothing referenced the first output any more
+    view = second[::7]
+    del second
+    third = dequantize_linear(q, np.float32(4))
+    assert third.ctypes.data != address and (view == 3).all()
+    memory = memoryview(third)
+    address = third.ctypes.data
+    del third, view
+    fourth = dequantize_linear(q, np.float32(5))
+    assert fourth.ctypes.data != address
+    assert (np.frombuffer(memory, np.float32) == 4).all() and (fourth == 5).all()
+
+
+def test_small_outputs_are_not_recycled():
+    out = qk.output_buffer(100, np.float32)
+    assert out.flags.owndata and out.base is None
