@@ -31,6 +31,14 @@ Accumulation (the defined order, independent of threads and tiling)
     ``y = f32(acc)``.  Then, on both paths, ``y = f32(y + bias)`` and the result is rounded
     to A's type (float16 and bfloat16 A are computed in float32, as ORT does for float16).
 
+Prepared weights
+    ``prepare_nbits(B, scales, ...)`` validates the weights and unpacks B once into column
+    tiles (uint8 elements, 64 columns side by side, with each block's scale terms), as ORT
+    prepacks B at session creation; ``NBitsWeights.matmul(A, bias, accuracy_level=...)`` then
+    computes, bit for bit, what ``matmul_nbits`` does (which lays B out on the fly in every
+    call).  Same order per output as above; only the integer block sums of the int8 path are
+    taken differently (exact int32 or float32 sums, so the same integers).
+
 ORT 1.31.1 on x86-64 with AVX512-VNNI (measured; B, scales, zero points and g_idx as
 initializers, which is what lets ORT prepack B and use CompInt8):
 
@@ -67,8 +75,10 @@ from .validate import as_array, check_int, check_power_of_two, check_shape
 
 __all__ = [
     "dequantize_nbits",
+    "NBitsWeights",
     "matmul_nbits",
     "pack_nbits",
+    "prepare_nbits",
     "pack_zero_points",
     "quantize_weights_nbits",
     "unpack_nbits",
@@ -81,6 +91,8 @@ _A_DTYPES = {
     np.dtype(ml_dtypes.bfloat16): "bfloat16",
 }
 _TILE = 128  # output columns per parallel work item of the kernel
+_PTILE = 64  # output columns per tile of prepared weights
+_INT8_MAX_BLOCK = 65536  # int32 block sums stay exact: 127 * 255 * 65536 < 2**31
 
 
 # --------------------------------------------------------------------------- helpers
@@ -288,6 +300,137 @@ def _check_A(A, K):
     return a
 
 
+# --------------------------------------------------------------------------- prepared weights
+
+
+class NBitsWeights:
+    """MatMulNBits weights validated and laid out for the kernels once, as ORT prepacks B.
+
+    Made by :func:`prepare_nbits`; :meth:`matmul` gives bit for bit what
+    :func:`matmul_nbits` gives for the same weights.  Immutable: the arrays are private
+    copies, read-only.
+    """
+
+    __slots__ = ("_op", "_dtype", "_tiles")
+
+    def __init__(self, op, dtype, *, own=True):
+        if own:  # private, read-only copies (matmul_nbits passes own=False: used once,
+            # by the per-call kernels, which transpose B on the fly instead of tiling it)
+            for name in ("Bw", "scales", "zpk", "zpf", "gidx"):
+                arr = getattr(op, name)
+                if arr is not None:
+                    arr = arr.copy()
+                    arr.flags.writeable = False
+                    setattr(op, name, arr)
+        object.__setattr__(self, "_op", op)
+        object.__setattr__(self, "_dtype", np.dtype(dtype))
+        tiles = None
+        if own and op.gidx is None:  # g_idx (or used once): the per-call kernels
+            tiles = _k.prepare_tiles(
+                op.Bw, op.scales, op.zpk, op.zpf, op.zmode, op.bits, op.K, _PTILE
+            )
+        for arr in tiles or ():
+            arr.flags.writeable = False
+        object.__setattr__(self, "_tiles", tiles)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("NBitsWeights is immutable")
+
+    K = property(lambda self: self._op.K)
+    N = property(lambda self: self._op.N)
+    bits = property(lambda self: self._op.bits)
+    block_size = property(lambda self: self._op.block_size)
+    dtype = property(lambda self: self._dtype, doc="The type of scales, A, bias and Y.")
+
+    def __repr__(self):
+        return (
+            f"NBitsWeights(K={self.K}, N={self.N}, bits={self.bits}, "
+            f"block_size={self.block_size}, dtype={self._dtype.name})"
+        )
+
+    def matmul(self, A, bias=None, *, accuracy_level=0):
+        """``Y = A @ W + bias``, as :func:`matmul_nbits` with these weights."""
+        level = check_int("accuracy_level", accuracy_level, 0, 4)
+        a = _check_A(A, self.K)
+        if a.dtype != self._dtype:
+            raise TypeError(f"scales must be {_A_DTYPES[a.dtype]} like A, not {self._dtype}")
+        return self._run(a, bias, level)
+
+    def _run(self, a, bias, level):
+        op = self._op
+        b32 = None
+        if bias is not None:
+            b = as_array("bias", bias)
+            if b.dtype != a.dtype:
+                raise TypeError(f"bias must be {_A_DTYPES[a.dtype]} like A, not {b.dtype}")
+            check_shape("bias", b, (op.N,), "N")
+            b32 = b.astype(np.float32)
+
+        a2 = np.ascontiguousarray(a.reshape(-1, op.K), dtype=np.float32)
+        out = np.empty((a2.shape[0], op.N), np.float32)
+        int8 = level == 4 and op.zmode != _k.ZP_FLOAT and op.gidx is None
+        sa = absum = np.zeros((1, 1), np.float32)
+        if int8:
+            a2, sa, absum = _k.quantize_a(a2, op.block_size)
+        # the prepared tiles when there are any; the int8 path also needs finite qa (NaN
+        # or infinity in A) and exact int32 block sums, else the per-call kernels
+        tiled = self._tiles is not None and a2.shape[0] > 0
+        if tiled and int8:
+            tiled = op.block_size <= _INT8_MAX_BLOCK and bool(np.isfinite(a2).all())
+        if tiled:
+            qT, sT, zT, cT, zs = self._tiles
+            # tiles handed out one at a time: a core that is busy elsewhere delays nothing
+            with numba.parallel_chunksize(1):
+                if int8:
+                    qa = a2.astype(np.int32)
+                    _k.matmul_prepared_int8(qa, a2, sa, absum, qT, sT, zs, op.block_size, op.N, out)
+                else:
+                    _k.matmul_prepared_float(a2, qT, sT, zT, cT, op.block_size, op.N, out)
+        elif int8 and a2.shape[0] == 1 and 8 % op.bits == 0:
+            _k.matmul_int8_row(
+                _permute_row(a2, op),
+                sa,
+                absum,
+                op.Bw.view(np.uint8),
+                op.scales,
+                op.zpk,
+                op.zmode,
+                op.bits,
+                op.block_size,
+                out,
+            )
+        else:
+            with numba.parallel_chunksize(1):  # tiles handed out one at a time: balances cores
+                _k.matmul(a2, sa, absum, *op.kernel_args(), int8, _TILE, out)
+        if b32 is not None:
+            out += b32
+        return out.astype(a.dtype, copy=False).reshape(*a.shape[:-1], op.N)
+
+
+def _prepare(B, scales, zero_points, g_idx, *, K, N, bits, block_size, dtype, own=True):
+    op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size, dtype=dtype)
+    return NBitsWeights(op, dtype, own=own)
+
+
+def prepare_nbits(B, scales, zero_points=None, g_idx=None, *, K, N, bits, block_size):
+    """Validate MatMulNBits weights and lay them out for the kernels once.
+
+    Same weight arguments as :func:`matmul_nbits`; A's type (and the bias's) must then be
+    the type of ``scales`` (float32, float16 or bfloat16).  ``prepare_nbits(...).matmul(A,
+    bias, accuracy_level=l)`` is bit for bit ``matmul_nbits(A, ..., bias, accuracy_level=l)``.
+
+    Returns
+    -------
+    NBitsWeights
+    """
+    s = as_array("scales", scales)
+    if s.dtype not in _A_DTYPES:
+        raise TypeError(f"scales must be float32, float16 or bfloat16, not {s.dtype}")
+    return _prepare(
+        B, s, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size, dtype=s.dtype
+    )
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -338,42 +481,19 @@ def matmul_nbits(
     """
     level = check_int("accuracy_level", accuracy_level, 0, 4)
     a = _check_A(A, check_int("K", K, 1))
-    op = _Op(
-        B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size, dtype=a.dtype
+    w = _prepare(
+        B,
+        scales,
+        zero_points,
+        g_idx,
+        K=K,
+        N=N,
+        bits=bits,
+        block_size=block_size,
+        dtype=a.dtype,
+        own=False,
     )
-    b32 = None
-    if bias is not None:
-        b = as_array("bias", bias)
-        if b.dtype != a.dtype:
-            raise TypeError(f"bias must be {_A_DTYPES[a.dtype]} like A, not {b.dtype}")
-        check_shape("bias", b, (op.N,), "N")
-        b32 = b.astype(np.float32)
-
-    a2 = np.ascontiguousarray(a.reshape(-1, op.K), dtype=np.float32)
-    out = np.empty((a2.shape[0], op.N), np.float32)
-    int8 = level == 4 and op.zmode != _k.ZP_FLOAT and op.gidx is None
-    sa = absum = np.zeros((1, 1), np.float32)
-    if int8:
-        a2, sa, absum = _k.quantize_a(a2, op.block_size)
-    if int8 and a2.shape[0] == 1 and 8 % op.bits == 0:
-        _k.matmul_int8_row(
-            _permute_row(a2, op),
-            sa,
-            absum,
-            op.Bw.view(np.uint8),
-            op.scales,
-            op.zpk,
-            op.zmode,
-            op.bits,
-            op.block_size,
-            out,
-        )
-    else:
-        with numba.parallel_chunksize(1):  # tiles handed out one at a time: balances cores
-            _k.matmul(a2, sa, absum, *op.kernel_args(), int8, _TILE, out)
-    if b32 is not None:
-        out += b32
-    return out.astype(a.dtype, copy=False).reshape(*a.shape[:-1], op.N)
+    return w._run(a, bias, level)
 
 
 def dequantize_nbits(B, scales, zero_points=None, g_idx=None, *, K, N, bits, block_size):

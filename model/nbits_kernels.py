@@ -177,6 +177,22 @@ def _field(typingctx, word, shift, mask):
 
 
 @intrinsic
+def _madd32(typingctx, a, b, c):
+    """``int32(a * b + c)`` for three int32, in 32-bit lanes (Numba would widen to int64).
+
+    Used only where no intermediate overflows, so the result is the exact integer.
+    """
+    if not (a == b == c == types.int32):
+        return None
+
+    def codegen(context, builder, signature, args):
+        x, y, z = args
+        return builder.add(builder.mul(x, y), z)
+
+    return types.int32(a, b, c), codegen
+
+
+@intrinsic
 def _prefer_512bit_vectors(typingctx):
     """Let LLVM vectorise the calling function with 512-bit registers.
 
@@ -452,3 +468,232 @@ def matmul_int8_row(qp, sa, absum, B, scales, zpk, zmode, bits, block_size, out)
             t1 = _F64(sa[0, blk] * s) * _F64(isum)
             acc += t1 + _F64(absum[0, blk]) * _F64(-s * z)
         out[0, n] = _F32(acc)
+
+
+# --------------------------------------------------------------------------- prepared weights
+
+
+@numba.njit(cache=True, parallel=True)
+def prepare_tiles(Bw, scales, zpk, zpf, zmode, bits, K, tile):
+    """Unpack B once into column tiles for :func:`matmul_prepared_float` and ``_int8``.
+
+    Returns qT (tiles, K, tile) uint8, the element k of column ``t*tile + c`` at
+    ``qT[t, k, c]``, and the per-block terms (tiles, k_blocks, tile) float32 of
+    :func:`matmul`: sT = s, zT = zp (float zero points: 0), cT = f32(-s * zp) for float
+    zero points (else 0), and zs = f32(-sT * zT) for the int8 path.  Columns past N are 0.
+    """
+    N, kb, nw = Bw.shape
+    block_size = nw * 16 // bits
+    ntiles = (N + tile - 1) // tile
+    qmask = np.uint32((1 << bits) - 1)
+    mid = _F32(1 << (bits - 1))
+    qT = np.zeros((ntiles, K, tile), np.uint8)
+    sT = np.zeros((ntiles, kb, tile), np.float32)
+    zT = np.zeros((ntiles, kb, tile), np.float32)
+    cT = np.zeros((ntiles, kb, tile), np.float32)
+    zs = np.zeros((ntiles, kb, tile), np.float32)
+    B8 = Bw.view(np.uint8)
+    for t in prange(ntiles):
+        n0 = t * tile
+        nt = min(tile, N - n0)
+        for c in range(nt):
+            n = n0 + c
+            for k in range(K):
+                blk = k // block_size
+                off = (k - blk * block_size) * bits
+                i = off >> 3
+                v = np.uint32(B8[n, blk, i])
+                if (off & 7) + bits > 8:
+                    v = np.uint32(v | (np.uint32(B8[n, blk, i + 1]) << np.uint32(8)))
+                qT[t, k, c] = np.uint8(_field(v, np.uint32(off & 7), qmask))
+            for g in range(kb):
+                s = scales[n, g]
+                sT[t, g, c] = s
+                if zmode == ZP_FLOAT:
+                    cT[t, g, c] = -s * zpf[n, g]
+                elif zmode == ZP_PACKED:
+                    off = g * bits
+                    zb = off >> 3
+                    v = np.uint32(zpk[n, zb])
+                    if (off & 7) + bits > 8:
+                        v = np.uint32(v | (np.uint32(zpk[n, zb + 1]) << np.uint32(8)))
+                    zT[t, g, c] = _F32(_field(v, np.uint32(off & 7), qmask))
+                else:
+                    zT[t, g, c] = mid
+                zs[t, g, c] = -sT[t, g, c] * zT[t, g, c]
+    return qT, sT, zT, cT, zs
+
+
+@numba.njit(cache=True, parallel=True)
+def matmul_prepared_float(A, qT, sT, zT, cT, block_size, N, out):
+    """Float path of :func:`matmul` (no g_idx) on the tiles of :func:`prepare_tiles`.
+
+    out[m, n] = f32(sum over k ascending of f64(A[m, k]) * f64(w)), w = f32(f32(q - zT)*sT)
+    + cT, exactly the expressions and order of :func:`matmul`.
+    """
+    M, K = A.shape
+    ntiles, _, tile = qT.shape
+    kb = sT.shape[1]
+    T = _U(tile)
+    bs = _U(block_size)
+    for t in prange(ntiles):
+        _prefer_512bit_vectors()
+        n0 = _U(t * tile)
+        nt = _U(min(tile, N - t * tile))
+        q = qT[t].reshape(K * tile)
+        s = sT[t].reshape(kb * tile)
+        z = zT[t].reshape(kb * tile)
+        cc = cT[t].reshape(kb * tile)
+        acc = np.zeros(M * tile, np.float64)
+        wT = np.empty(block_size * tile, np.float32)
+        for blk in range(_U(kb)):
+            k0 = blk * bs
+            kend = min(bs, _U(K) - k0)
+            go = blk * T
+            if M == 1:
+                for j in range(kend):
+                    a64 = _F64(A[0, k0 + j])
+                    qo = (k0 + j) * T
+                    for c in range(T):
+                        w = (_F32(q[qo + c]) - z[go + c]) * s[go + c] + cc[go + c]
+                        acc[c] = _fma(a64, _F64(w), acc[c])
+                continue
+            for j in range(kend):
+                qo = (k0 + j) * T
+                wo = j * T
+                for c in range(T):
+                    wT[wo + c] = (_F32(q[qo + c]) - z[go + c]) * s[go + c] + cc[go + c]
+            for m in range(_U(M)):
+                mo = m * T
+                j = _U(0)
+                while j + _U(4) <= kend:  # four rows per pass over acc, same order
+                    a0 = _F64(A[m, k0 + j])
+                    a1 = _F64(A[m, k0 + j + _U(1)])
+                    a2 = _F64(A[m, k0 + j + _U(2)])
+                    a3 = _F64(A[m, k0 + j + _U(3)])
+                    q0 = j * T
+                    for c in range(T):
+                        v = _fma(a0, _F64(wT[q0 + c]), acc[mo + c])
+                        v = _fma(a1, _F64(wT[q0 + T + c]), v)
+                        v = _fma(a2, _F64(wT[q0 + _U(2) * T + c]), v)
+                        acc[mo + c] = _fma(a3, _F64(wT[q0 + _U(3) * T + c]), v)
+                    j += _U(4)
+                for jj in range(j, kend):
+                    a64 = _F64(A[m, k0 + jj])
+                    for c in range(T):
+                        acc[mo + c] = _fma(a64, _F64(wT[jj * T + c]), acc[mo + c])
+        for m in range(_U(M)):
+            for c in range(nt):
+                out[m, n0 + c] = _F32(acc[m * T + c])
+
+
+@numba.njit(cache=True, parallel=True)
+def matmul_prepared_int8(qa, qaf, sa, absum, qT, sT, zs, block_size, N, out):
+    """Int8 path of :func:`matmul` on the tiles of :func:`prepare_tiles`.
+
+    qa (M, K) int32 and qaf (M, K) float32: the finite int8 values of :func:`quantize_a`;
+    the block sums
+    ``sum(qa*q)`` are exact int32 sums (block_size <= 65536), equal to the exact float sums
+    of :func:`matmul`; the block terms are accumulated with the same expression and order.
+    """
+    M, K = qa.shape
+    ntiles, _, tile = qT.shape
+    kb = sT.shape[1]
+    T = _U(tile)
+    bs = _U(block_size)
+    for t in prange(ntiles):
+        _prefer_512bit_vectors()
+        n0 = _U(t * tile)
+        nt = _U(min(tile, N - t * tile))
+        q = qT[t].reshape(K * tile)
+        s = sT[t].reshape(kb * tile)
+        zz = zs[t].reshape(kb * tile)
+        acc = np.zeros(M * tile, np.float64)
+        isum = np.empty(tile, np.int32)
+        small = block_size <= _Q_CHUNK
+        qb = np.empty(block_size * tile if M > 1 and not small else 0, np.int32)
+        qf = np.empty(block_size * tile if M > 1 and small else 0, np.float32)
+        isf = np.empty(tile, np.float32)
+        for blk in range(_U(kb)):
+            k0 = blk * bs
+            kend = min(bs, _U(K) - k0)
+            go = blk * T
+            if M == 1:
+                for c in range(T):
+                    isum[c] = 0
+                j = _U(0)
+                while j + _U(2) <= kend:
+                    a0 = qa[0, k0 + j]
+                    a1 = qa[0, k0 + j + _U(1)]
+                    qo = (k0 + j) * T
+                    for c in range(T):
+                        v = _madd32(a0, np.int32(q[qo + c]), isum[c])
+                        isum[c] = _madd32(a1, np.int32(q[qo + T + c]), v)
+                    j += _U(2)
+                if j < kend:
+                    a0 = qa[0, k0 + j]
+                    qo = (k0 + j) * T
+                    for c in range(T):
+                        isum[c] = _madd32(a0, np.int32(q[qo + c]), isum[c])
+            elif small:  # the block widened once to float32, then reused by every row
+                for j in range(kend):
+                    qo = (k0 + j) * T
+                    for c in range(T):
+                        qf[j * T + c] = _F32(q[qo + c])
+            else:  # the block widened once, then reused by every row
+                for j in range(kend):
+                    qo = (k0 + j) * T
+                    for c in range(T):
+                        qb[j * T + c] = np.int32(q[qo + c])
+            for m in range(_U(M)):
+                if M != 1 and small:
+                    # exact float32 sums: |sum| <= 256 * 127 * 255 < 2**24
+                    for c in range(T):
+                        isf[c] = 0.0
+                    j = _U(0)
+                    while j + _U(4) <= kend:
+                        a0 = qaf[m, k0 + j]
+                        a1 = qaf[m, k0 + j + _U(1)]
+                        a2 = qaf[m, k0 + j + _U(2)]
+                        a3 = qaf[m, k0 + j + _U(3)]
+                        q0 = j * T
+                        for c in range(T):
+                            v = _fma(a0, qf[q0 + c], isf[c])
+                            v = _fma(a1, qf[q0 + T + c], v)
+                            v = _fma(a2, qf[q0 + _U(2) * T + c], v)
+                            isf[c] = _fma(a3, qf[q0 + _U(3) * T + c], v)
+                        j += _U(4)
+                    for jj in range(j, kend):
+                        a0 = qaf[m, k0 + jj]
+                        for c in range(T):
+                            isf[c] = _fma(a0, qf[jj * T + c], isf[c])
+                    for c in range(T):
+                        isum[c] = np.int32(isf[c])
+                elif M != 1:
+                    for c in range(T):
+                        isum[c] = 0
+                    j = _U(0)
+                    while j + _U(4) <= kend:
+                        a0 = qa[m, k0 + j]
+                        a1 = qa[m, k0 + j + _U(1)]
+                        a2 = qa[m, k0 + j + _U(2)]
+                        a3 = qa[m, k0 + j + _U(3)]
+                        q0 = j * T
+                        for c in range(T):
+                            v = _madd32(a0, qb[q0 + c], isum[c])
+                            v = _madd32(a1, qb[q0 + T + c], v)
+                            v = _madd32(a2, qb[q0 + _U(2) * T + c], v)
+                            isum[c] = _madd32(a3, qb[q0 + _U(3) * T + c], v)
+                        j += _U(4)
+                    for jj in range(j, kend):
+                        a0 = qa[m, k0 + jj]
+                        for c in range(T):
+                            isum[c] = _madd32(a0, qb[jj * T + c], isum[c])
+                s_a = sa[m, blk]
+                bsum = _F64(absum[m, blk])
+                mo = m * T
+                for c in range(T):
+                    acc[mo + c] += _F64(s_a * s[go + c]) * _F64(isum[c]) + bsum * _F64(zz[go + c])
+        for m in range(_U(M)):
+            for c in range(nt):
+                out[m, n0 + c] = _F32(acc[m * T + c])

@@ -441,3 +441,106 @@ def test_pack_errors(name):
     fn, exc, match = PACK_ERRORS[name]
     with pytest.raises(exc, match=match):
         fn()
+
+
+# --------------------------------------------------------------------------- prepared weights
+
+PREPARED_CONFIGS = [
+    # bits, block_size, K, zero points, g_idx, A's dtype
+    (4, 32, 96, "packed", False, np.float32),
+    (4, 32, 100, "packed", False, np.float32),  # K not a multiple of block_size
+    (4, 16, 64, "none", False, np.float32),
+    (2, 16, 70, "packed", False, np.float32),
+    (8, 64, 130, "none", False, np.float32),
+    (3, 32, 100, "packed", False, np.float32),
+    (5, 64, 150, "none", False, np.float32),
+    (7, 128, 300, "packed", False, np.float32),
+    (6, 32, 64, "float", False, np.float32),
+    (4, 32, 100, "float", False, np.float32),
+    (4, 32, 96, "packed", True, np.float32),
+    (3, 16, 50, "float", True, np.float32),
+    (5, 1024, 1100, "packed", False, np.float32),
+    (4, 32, 80, "packed", False, np.float16),
+    (4, 32, 80, "none", False, BF16),
+    (7, 16, 40, "float", False, np.float16),
+]
+
+
+@pytest.mark.parametrize("level", [0, 4])
+@pytest.mark.parametrize("config", PREPARED_CONFIGS, ids=str)
+def test_prepared_matches_unprepared(config, level):
+    """prepare_nbits(...).matmul gives the very bits of matmul_nbits (which tiles per call)."""
+    bits, bs, K, zp_kind, g_idx, dtype = config
+    N = 70  # two tiles of prepared columns, the second partial
+    ops = operands(bits, bs, K, N, zp_kind, g_idx=g_idx, bias=True, dtype=dtype, seed=K)
+    bias = ops.pop("bias")
+    kw = dict(K=K, N=N, bits=bits, block_size=bs)
+    w = nbits.prepare_nbits(**ops, **kw)
+    assert (w.K, w.N, w.bits, w.block_size, w.dtype) == (K, N, bits, bs, np.dtype(dtype))
+    rng = np.random.default_rng(level)
+    for shape in ((1, K), (3, K), (8, K), (2, 3, K), (0, K)):
+        A = (rng.standard_normal(shape) * 4).astype(dtype)
+        for b in (None, bias):
+            y = w.matmul(A, b, accuracy_level=level)
+            ref = nbits.matmul_nbits(A, **ops, bias=b, **kw, accuracy_level=level)
+            assert y.dtype == ref.dtype and y.shape == ref.shape == (*shape[:-1], N)
+            np.testing.assert_array_equal(y.view(np.uint8), ref.view(np.uint8))
+
+
+@pytest.mark.parametrize("level", [0, 4])
+def test_prepared_non_finite_A(level):
+    """NaN and infinity in A (the int8 path falls back to the per-call kernels)."""
+    ops = operands(4, 32, 96, 40, "packed")
+    del ops["bias"]
+    kw = dict(K=96, N=40, bits=4, block_size=32)
+    w = nbits.prepare_nbits(**ops, **kw)
+    A = np.random.default_rng(0).standard_normal((3, 96)).astype(np.float32)
+    A[0, 5], A[1, 40], A[2, 90] = np.nan, np.inf, -np.inf
+    with np.errstate(all="ignore"):
+        y = w.matmul(A, accuracy_level=level)
+        ref = nbits.matmul_nbits(A, **ops, **kw, accuracy_level=level)
+    np.testing.assert_array_equal(y.view(np.uint8), ref.view(np.uint8))
+
+
+def test_prepared_is_an_immutable_copy():
+    ops = operands(4, 32, 64, 8, "packed")
+    del ops["bias"]
+    kw = dict(K=64, N=8, bits=4, block_size=32)
+    A = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
+    w = nbits.prepare_nbits(**ops, **kw)
+    ref = w.matmul(A)
+    assert ops["B"].flags.writeable and ops["scales"].flags.writeable
+    ops["B"][:] = 0
+    ops["scales"][:] = 1
+    np.testing.assert_array_equal(w.matmul(A), ref)
+    with pytest.raises(AttributeError):
+        w.K = 3
+    assert "K=64, N=8, bits=4, block_size=32, dtype=float32" in repr(w)
+
+
+def _prepared_call(**change):
+    """_call's arguments through prepare_nbits(...).matmul(A, bias, accuracy_level=...)."""
+    ops = operands(4, 32, 64, 8, "packed", bias=True)
+    args = dict(
+        A=np.ones((2, 64), np.float32), **ops, K=64, N=8, bits=4, block_size=32, accuracy_level=0
+    )
+    args.update(change)
+    A, bias, level = args.pop("A"), args.pop("bias"), args.pop("accuracy_level")
+    return nbits.prepare_nbits(**args).matmul(A, bias, accuracy_level=level)
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_prepared_errors(name):
+    """The same errors with the same messages as matmul_nbits (weights: from prepare_nbits)."""
+    change, exc, match = ERRORS[name]
+    with pytest.raises(exc, match=match):
+        _prepared_call(**change)
+
+
+def test_prepare_scales_type_error():
+    ops = operands(4, 32, 64, 8, "packed")
+    del ops["bias"]
+    ops["scales"] = ops["scales"].astype(np.float64)
+    match = r"scales must be float32, float16 or bfloat16, not float64"
+    with pytest.raises(TypeError, match=match):
+        nbits.prepare_nbits(**ops, K=64, N=8, bits=4, block_size=32)

@@ -10,7 +10,7 @@ from qaccel import bench, cli
 def test_bench_golden_quick_cases_agree_with_ort():
     rows = bench.run_cases(bench.golden_cases(quick=True), repeat=1)
     names = [r.name for r in rows]
-    assert len(rows) == 10 and len(set(names)) == 10
+    assert len(rows) == 14 and len(set(names)) == 14
     for row in rows:
         assert row.qaccel_ms > 0 and row.ort_ms > 0
         if row.name.startswith(("Quantize", "Dequantize")):
@@ -19,13 +19,14 @@ def test_bench_golden_quick_cases_agree_with_ort():
             err = float(re.search(r"([0-9.e+-]+)$", row.agreement).group(1))
             assert err < 1e-5, row
     table = bench.format_table(rows).splitlines()
-    assert len(table) == 11 and "ratio" in table[0]
+    assert len(table) == 15 and "ratio" in table[0]
 
 
 def test_cli_bench_prints_table(capsys):
     assert cli.main(["bench", "golden", "--quick", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
-    assert "MatMulNBits int4 bs32 K=N=256 M=16 level 4" in out
+    assert "MatMulNBits int4 bs32 K=N=256 M=16 level 4 per call" in out
+    assert "MatMulNBits int4 bs32 K=N=256 M=16 level 4 prepared" in out
     assert "QuantizeLinear f32->int8 blocked 32" in out
 
 
