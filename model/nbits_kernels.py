@@ -211,6 +211,30 @@ def _prefer_512bit_vectors(typingctx):
     return types.none(), codegen
 
 
+@numba.njit(cache=True, inline="always")
+def _accumulate_block(A, m, k0, kend, wT, T, acc):
+    """``acc[m*T + c] += f64(A[m, k0 + j]) * f64(wT[j*T + c])`` for j ascending in
+    ``[0, kend)``, fused (the products are exact in float64), four rows per pass over acc."""
+    mo = m * T
+    j = _U(0)
+    while j + _U(4) <= kend:
+        a0 = _F64(A[m, k0 + j])
+        a1 = _F64(A[m, k0 + j + _U(1)])
+        a2 = _F64(A[m, k0 + j + _U(2)])
+        a3 = _F64(A[m, k0 + j + _U(3)])
+        q0 = j * T
+        for c in range(T):
+            v = _fma(a0, _F64(wT[q0 + c]), acc[mo + c])
+            v = _fma(a1, _F64(wT[q0 + T + c]), v)
+            v = _fma(a2, _F64(wT[q0 + _U(2) * T + c]), v)
+            acc[mo + c] = _fma(a3, _F64(wT[q0 + _U(3) * T + c]), v)
+        j += _U(4)
+    for jj in range(j, kend):
+        a64 = _F64(A[m, k0 + jj])
+        for c in range(T):
+            acc[mo + c] = _fma(a64, _F64(wT[jj * T + c]), acc[mo + c])
+
+
 @numba.njit(cache=True, parallel=True)
 def quantize_a(A, block_size):
     """CompInt8 activation quantiser: per row and K-block of A (M, K) float32.
@@ -410,24 +434,7 @@ def matmul(A, sa, absum, Bw, scales, zpk, zpf, zmode, gidx, bits, block_size, in
                         acc[mo + c] += _F64(s_a * sT[c]) * isum64[c] + bsum * _F64(zs[c])
             elif not fused:
                 for m in range(_U(M)):
-                    mo = m * T
-                    j = _U(0)
-                    while j + _U(4) <= kend:  # four rows per pass over acc, same order
-                        a0 = _F64(A[m, k0 + j])
-                        a1 = _F64(A[m, k0 + j + _U(1)])
-                        a2 = _F64(A[m, k0 + j + _U(2)])
-                        a3 = _F64(A[m, k0 + j + _U(3)])
-                        q0 = j * T
-                        for c in range(T):
-                            v = _fma(a0, _F64(qT[q0 + c]), acc[mo + c])
-                            v = _fma(a1, _F64(qT[q0 + T + c]), v)
-                            v = _fma(a2, _F64(qT[q0 + _U(2) * T + c]), v)
-                            acc[mo + c] = _fma(a3, _F64(qT[q0 + _U(3) * T + c]), v)
-                        j += _U(4)
-                    for jj in range(j, kend):
-                        a64 = _F64(A[m, k0 + jj])
-                        for c in range(T):
-                            acc[mo + c] = _fma(a64, _F64(qT[jj * T + c]), acc[mo + c])
+                    _accumulate_block(A, m, k0, kend, qT, T, acc)
         for m in range(_U(M)):
             for c in range(nt):
                 out[m, n0 + c] = _F32(acc[m * T + c])
@@ -564,24 +571,7 @@ def matmul_prepared_float(A, qT, sT, zT, cT, block_size, N, out):
                 for c in range(T):
                     wT[wo + c] = (_F32(q[qo + c]) - z[go + c]) * s[go + c] + cc[go + c]
             for m in range(_U(M)):
-                mo = m * T
-                j = _U(0)
-                while j + _U(4) <= kend:  # four rows per pass over acc, same order
-                    a0 = _F64(A[m, k0 + j])
-                    a1 = _F64(A[m, k0 + j + _U(1)])
-                    a2 = _F64(A[m, k0 + j + _U(2)])
-                    a3 = _F64(A[m, k0 + j + _U(3)])
-                    q0 = j * T
-                    for c in range(T):
-                        v = _fma(a0, _F64(wT[q0 + c]), acc[mo + c])
-                        v = _fma(a1, _F64(wT[q0 + T + c]), v)
-                        v = _fma(a2, _F64(wT[q0 + _U(2) * T + c]), v)
-                        acc[mo + c] = _fma(a3, _F64(wT[q0 + _U(3) * T + c]), v)
-                    j += _U(4)
-                for jj in range(j, kend):
-                    a64 = _F64(A[m, k0 + jj])
-                    for c in range(T):
-                        acc[mo + c] = _fma(a64, _F64(wT[jj * T + c]), acc[mo + c])
+                _accumulate_block(A, m, k0, kend, wT, T, acc)
         for m in range(_U(M)):
             for c in range(nt):
                 out[m, n0 + c] = _F32(acc[m * T + c])
