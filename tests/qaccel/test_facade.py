@@ -47,3 +47,12 @@ def test_dtype_errors_name_the_parameter():
         dtypes.float_dtype("bfloat16", param="x", allowed=("float32", "float16"))
     with pytest.raises(TypeError, match="dt must be a numpy or ml_dtypes dtype, not 'nonsense'"):
         dtypes.qtype("nonsense", param="dt")
+
+
+def test_numba_cache_is_per_worker():
+    import os
+
+    import numba
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    assert numba.config.CACHE_DIR.endswith(f"numba-{worker}")
