@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from .jitcache import ensure_compiled
 from .validate import check_axis
 
 __all__ = [
@@ -240,7 +241,7 @@ def _broadcast_layout(x_shape, param_shape, param) -> ScaleLayout:
     return ScaleLayout("broadcast", x_shape, param_shape, tuple(strides), (1,) * len(x_shape))
 
 
-@numba.njit(cache=True)
+@numba.njit  # compiled into the cached kernels that call it
 def item_runs(w, sizes, strides, blocks, per_item):
     """Return the runs of work item ``w`` as an ``(n, 5)`` int64 array.
 
@@ -314,14 +315,9 @@ def run_indices(layout: ScaleLayout, per_item: int = ITEM_ELEMENTS) -> np.ndarra
     Equal to :meth:`ScaleLayout.indices` by construction; the tests check that it is, for any
     ``per_item``, and the RTL index generator is checked against it.
     """
-    sizes = np.array(layout.sizes_c, np.int64)
     out = np.full(layout.size, -1, np.int64)
-    _fill_run_indices(
-        out,
-        sizes,
-        np.array(layout.strides_c, np.int64),
-        np.array(layout.blocks_c, np.int64),
-        _n_items(layout.sizes_c, per_item),
-        per_item,
-    )
+    arrays = (np.array(a, np.int64) for a in (layout.sizes_c, layout.strides_c, layout.blocks_c))
+    args = (out, *arrays)
+    ensure_compiled(_fill_run_indices, *args, 0, per_item)
+    _fill_run_indices(*args, _n_items(layout.sizes_c, per_item), per_item)
     return out.reshape(layout.x_shape)

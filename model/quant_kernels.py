@@ -5,9 +5,11 @@ The kernels see flat C-contiguous arrays and the collapsed :class:`~.indexing.Sc
 Each kernel processes a range of work items with the GIL released; :func:`run_items` spreads
 the items over threads, and :func:`output_buffer` recycles the memory of large outputs.
 (Threads rather than ``prange``: a ``parallel=True`` specialisation takes about 3.5 s more to
-compile, and the type combinations below need two dozen of them.)  Argument checks, dtype
-selection and the float8/float4 encodings (ml_dtypes casts) live in :mod:`.quant` and
-:mod:`.dml`; the slow NumPy twins of the kernels in ``tests/model/naive_quant.py``.
+compile, and the type combinations below need two dozen of them.)  First calls compile under
+:func:`.jitcache.ensure_compiled`, which keeps concurrent processes from corrupting Numba's
+on-disk cache.  Argument checks, dtype selection and the float8/float4 encodings (ml_dtypes
+casts) live in :mod:`.quant` and :mod:`.dml`; the slow NumPy twins of the kernels in
+``tests/model/naive_quant.py``.
 
 Number formats inside the kernels:
 
@@ -34,6 +36,7 @@ from numba import types
 from numba.extending import overload
 
 from .indexing import ITEM_ELEMENTS, item_runs
+from .jitcache import ensure_compiled
 
 __all__ = [
     "FMT_BF16",
@@ -55,8 +58,10 @@ FMT_BF16 = 2
 
 # error_model="numpy": x / 0 gives inf/NaN as in NumPy (no ZeroDivisionError check, which
 # would also stop vectorisation).  No fastmath: every operation is IEEE round-to-nearest.
-_JIT = {"cache": True, "error_model": "numpy"}
-_KERNEL = {**_JIT, "nogil": True}
+# Only the kernels are cached on disk (with their callees compiled in), so that concurrent
+# processes only ever share the kernels' cache files, which jitcache serialises.
+_JIT = {"error_model": "numpy"}
+_KERNEL = {**_JIT, "cache": True, "nogil": True}
 
 
 # --- 16-bit float formats ------------------------------------------------------------------
@@ -392,8 +397,10 @@ def run_items(kernel, n_items: int, n_elements: int, *args) -> None:
 
     Large jobs run on up to ``NUMBA_NUM_THREADS`` threads (and no more than the CPUs this
     process may use), the calling thread included; each takes the next range of items until
-    none is left.  The kernels release the GIL.
+    none is left.  The kernels release the GIL.  The first call with new argument types
+    compiles under :func:`.jitcache.ensure_compiled`.
     """
+    ensure_compiled(kernel, 0, 0, *args)
     n_threads = min(_n_threads(), n_items) if n_elements >= PARALLEL_MIN_ELEMENTS else 1
     if n_threads <= 1:
         kernel(0, n_items, *args)

@@ -111,3 +111,27 @@ def test_output_buffers_are_recycled_only_when_unreferenced():
 def test_small_outputs_are_not_recycled():
     out = qk.output_buffer(100, np.float32)
     assert out.flags.owndata and out.base is None
+
+
+def test_ensure_compiled_locks_once_per_argument_types(monkeypatch):
+    from qaccel.model import jitcache
+
+    locked = []
+
+    class Recorder:
+        def __enter__(self):
+            locked.append(1)
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(jitcache, "compile_lock", lambda name: Recorder())
+
+    @numba.njit
+    def dispatcher(array, n):
+        return n
+
+    arrays = [np.zeros(2, np.float32), np.ones(3, np.float32), np.zeros(2, np.int8)]
+    for array in arrays:
+        jitcache.ensure_compiled(dispatcher, array, 1)
+    assert len(locked) == 2  # float32 twice, then int8
