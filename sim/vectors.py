@@ -59,8 +59,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from amaranth.hdl import Shape
+from amaranth.hdl import Module, Shape
 from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 
 from qaccel.model.validate import check_int
 from qaccel.rtl.verilog import emit_verilog
@@ -79,6 +80,7 @@ from qaccel.sim.runner import (
 
 __all__ = [
     "MAX_WIDTH",
+    "ComponentBank",
     "RESET_CYCLES",
     "Port",
     "RunStats",
@@ -669,6 +671,36 @@ def run_vectors(component: wiring.Component, inputs: Mapping[str, object], *, la
     """
     sim = VectorSim(component, name=name, verbose=verbose)
     return sim.run(inputs, latency=latency, outputs=outputs, reset_cycles=reset_cycles)
+
+
+class ComponentBank(wiring.Component):
+    """Several components side by side in one module, so that one Verilator build serves many
+    test cases.
+
+    Member ``name`` of the unit at key ``key`` becomes the port ``<name>_<key>`` (flattened
+    further by the Verilog emission, e.g. ``i_<key>``). Every unit's members must be plain
+    ``In``/``Out`` ports (no nested signatures); a ``sync`` domain is shared.
+    """
+
+    def __init__(self, units: Mapping[str, wiring.Component]):
+        self.units = dict(units)
+        members = {}
+        for key, unit in self.units.items():
+            for name, member in unit.signature.members.items():
+                if not member.is_port:
+                    raise TypeError(f"units[{key!r}].{name} must be a port, not {member!r}")
+                members[f"{name}_{key}"] = (In if member.flow == wiring.In else Out)(
+                    member.shape)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        for key, unit in self.units.items():
+            m.submodules[key] = unit
+            for name, member in unit.signature.members.items():
+                port, inner = getattr(self, f"{name}_{key}"), getattr(unit, name)
+                m.d.comb += (inner.eq(port) if member.flow == wiring.In else port.eq(inner))
+        return m
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from qaccel.model.floatfmt import FORMATS, FloatFormat
 from qaccel.rtl.float_unpack import FloatClass, FloatUnpack, unpacked_layout
 from qaccel.sim.runner import missing_simulator
-from qaccel.sim.vectors import VectorSim, split_fields
+from qaccel.sim.vectors import ComponentBank, VectorSim, split_fields
 
 requires_verilator = pytest.mark.skipif(missing_simulator("verilator") is not None,
                                         reason=missing_simulator("verilator") or "")
@@ -102,33 +99,12 @@ def case_key(name: str, normalize: bool, latency: int = 1) -> str:
     return f"{name}_{'norm' if normalize else 'raw'}_lat{latency}"
 
 
-class UnpackBank(wiring.Component):
-    """Test wrapper: FloatUnpack units side by side (ports ``i_<key>``/``o_<key>``), so that
-    one Verilator build serves every format and variant."""
-
-    def __init__(self, units: dict[str, FloatUnpack]):
-        self.units = units
-        members = {}
-        for key, unit in units.items():
-            members[f"i_{key}"] = In(unit.signature.members["i"].shape)
-            members[f"o_{key}"] = Out(unit.signature.members["o"].shape)
-        super().__init__(members)
-
-    def elaborate(self, platform):
-        m = Module()
-        for key, unit in self.units.items():
-            m.submodules[key] = unit
-            m.d.comb += [unit.i.eq(getattr(self, f"i_{key}")),
-                         getattr(self, f"o_{key}").eq(unit.o)]
-        return m
-
-
 @pytest.fixture(scope="module")
 def bank() -> tuple[VectorSim, dict[str, FloatUnpack]]:
     units = {case_key(*case): FloatUnpack(case[0], normalize=case[1], latency=case[2])
              for case in EXHAUSTIVE_CASES}
     units |= {case_key(name, z): FloatUnpack(name, normalize=z) for name, z, _, _ in RANDOM_CASES}
-    return VectorSim(UnpackBank(units), name="float_unpack_bank"), units
+    return VectorSim(ComponentBank(units), name="float_unpack_bank"), units
 
 
 @pytest.mark.sim
