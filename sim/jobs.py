@@ -1,0 +1,184 @@
+"""Jobs for the Quantize and Dequantize units: an operator call turned into what the hardware
+sees (register values, table writes, input beats) and what it must answer (output beats).
+
+The golden model (:mod:`qaccel.model`) computes the expected output, so a :class:`Job` is a
+self-contained test vector for the cocotb testbench (:mod:`qaccel.sim.tb_elementwise`) and the
+work order of the RTL engine. Everything is plain integers, JSON-serialisable.
+
+Codes in beats: lane ``k`` of a beat holds element ``beat * lanes + k`` in bits
+``[k * width, (k + 1) * width)``; an output beat has ``last`` above its data. Sub-byte output
+codes are right-aligned in their lane; :func:`unpack_output` turns beats back into the ONNX
+array (ml_dtypes stores int4 / float4 one element per byte, as the golden model returns them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from amaranth.hdl import Shape
+from amaranth.lib import data
+
+from qaccel.model.dml import dml_quantize_linear
+from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, dtype_name
+from qaccel.model.indexing import ScaleLayout, broadcast_layout, scale_layout
+from qaccel.model.quant import division_dtype, quantize_linear
+from qaccel.rtl.elementwise import Elementwise
+
+__all__ = ["Job", "codes_of", "dml_job", "pack", "quantize_job", "unpack_output"]
+
+
+@dataclass
+class Job:
+    """One run of a unit: registers, table, input beats, expected output beats.
+
+    ``ymask`` has the bits of the last beat that are specified (lanes past ``count`` are not).
+    ``out_dtype`` and ``shape`` describe the output array (for :func:`unpack_output`).
+    """
+
+    label: str
+    regs: int
+    table: list[tuple[int, int, int]]
+    x: list[int]
+    y: list[int]
+    ymask: int
+    count: int
+    shape: tuple[int, ...]
+    out_dtype: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pack(layout, value) -> int:
+    """Return the bit pattern of ``value`` in ``layout`` (a StructLayout takes a dict, an
+    ArrayLayout a sequence, a plain shape an int; missing struct fields are 0)."""
+    if isinstance(layout, data.StructLayout):
+        out = 0
+        for name, fld in layout:
+            if name in value:
+                out |= pack(fld.shape, value[name]) << fld.offset
+        return out
+    if isinstance(layout, data.ArrayLayout):
+        width = Shape.cast(layout.elem_shape).width
+        return sum(pack(layout.elem_shape, v) << (k * width) for k, v in enumerate(value))
+    width = Shape.cast(layout).width
+    v = int(value)
+    if not -(1 << width) < v < (1 << width):
+        raise ValueError(f"value {v} does not fit {width} bits")
+    return v & ((1 << width) - 1)
+
+
+def codes_of(a: np.ndarray) -> np.ndarray:
+    """Bit patterns of ``a``'s elements as int64 (sub-byte types: their low ``bits``)."""
+    a = np.ascontiguousarray(a).reshape(-1)
+    raw = a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+    name = dtype_name(a.dtype)
+    bits = QTYPES[name].bits if name in QTYPES else 8 * a.dtype.itemsize
+    return raw.astype(np.int64) & ((1 << bits) - 1)
+
+
+def _beats(codes: np.ndarray, lanes: int, width: int) -> list[int]:
+    pad = (-codes.size) % lanes
+    c = np.concatenate([codes, np.zeros(pad, np.int64)]).reshape(-1, lanes)
+    return [sum(int(v) << (k * width) for k, v in enumerate(row)) for row in c]
+
+
+def _type_name(dtype) -> str:
+    name = dtype_name(dtype)
+    return "int32" if name == "int32" else name
+
+
+def _finish(unit: Elementwise, label: str, lane_regs: dict, layout: ScaleLayout,
+            scale_codes: np.ndarray, zp_codes: np.ndarray, x: np.ndarray, want: np.ndarray,
+            meta: dict) -> Job:
+    c = unit.config
+    n_scales = scale_codes.size
+    if n_scales > c.table_depth:
+        raise ValueError(f"the layout needs {n_scales} scales; the table holds "
+                         f"{c.table_depth} (config.table_depth)")
+    regs_layout = unit.signature.members["regs"].shape
+    regs = pack(regs_layout, {"lane": lane_regs, **unit.index_registers(layout)})
+    members = unit.signature.members
+    x_width = Shape.cast(members["x"].signature.members["payload"].shape.elem_shape).width
+    y_data = members["y"].signature.members["payload"].shape["data"].shape
+    y_width = Shape.cast(y_data.elem_shape).width
+    xb = _beats(codes_of(x), c.lanes, x_width)
+    yb = _beats(codes_of(want), c.lanes, y_width)
+    count = int(x.size)
+    if yb:
+        yb[-1] |= 1 << (c.lanes * y_width)
+    used = count - (len(yb) - 1) * c.lanes
+    ymask = ((1 << (used * y_width)) - 1) | (1 << (c.lanes * y_width))
+    table = [(k, int(s), int(z)) for k, (s, z) in enumerate(zip(scale_codes, zp_codes,
+                                                                  strict=True))]
+    return Job(label, regs, table, xb, yb, ymask, count, tuple(want.shape),
+               dtype_name(want.dtype), meta)
+
+
+def quantize_job(unit: Elementwise, x, y_scale, y_zero_point=None, *, axis=1, block_size=0,
+                 output_dtype=None, saturate=True, precision=None, label: str = "") -> Job:
+    """A QuantizeLinear call as a :class:`Job` for a :class:`~qaccel.rtl.quantize.Quantize`."""
+    c = unit.config
+    x, y_scale = np.asarray(x), np.asarray(y_scale)
+    want = quantize_linear(x, y_scale, y_zero_point, axis=axis, block_size=block_size,
+                           output_dtype=output_dtype, saturate=saturate, precision=precision)
+    layout = scale_layout(x.shape, y_scale.shape, axis, block_size, param="y_scale")
+    out = dtype_name(want.dtype)
+    if precision is not None:
+        prec, cast = dtype_name(np.dtype(precision)), 1
+    else:
+        d = division_dtype(x.dtype, y_scale.dtype)
+        prec = "float64" if d == np.float64 else dtype_name(d)
+        cast = 0
+    lane_regs = {
+        "x_fmt": c.q_inputs.index(_type_name(x.dtype)),
+        "s_fmt": c.scales.index(_type_name(y_scale.dtype)),
+        "prec": c.precisions.index(prec), "cast": cast,
+        "out_fmt": c.q_outputs.index(out), "saturate": int(bool(saturate)),
+    }
+    zp = (np.zeros(y_scale.size, np.int64) if y_zero_point is None
+          else codes_of(np.broadcast_to(np.asarray(y_zero_point), y_scale.shape)))
+    return _finish(unit, label or f"Q {dtype_name(x.dtype)}/{dtype_name(y_scale.dtype)} -> {out}"
+                   f" {layout.kind}", lane_regs, layout, codes_of(y_scale), zp, x, want,
+                   {"op": "quantize", "layout": layout.kind})
+
+
+def dml_job(unit: Elementwise, input, scale, zero_point=None, *, output_dtype=np.int8,
+            label: str = "") -> Job:
+    """A DirectML ELEMENT_WISE_QUANTIZE_LINEAR call as a :class:`Job` (float32 division)."""
+    c = unit.config
+    x, scale = np.asarray(input), np.asarray(scale)
+    want = dml_quantize_linear(x, scale, zero_point, output_dtype=output_dtype)
+    shape = scale.shape
+    if zero_point is not None:
+        shape = np.broadcast_shapes(scale.shape, np.asarray(zero_point).shape)
+    layout = broadcast_layout(x.shape, shape, param="scale")
+    scale_b = np.ascontiguousarray(np.broadcast_to(scale, shape))
+    zp = (np.zeros(scale_b.size, np.int64) if zero_point is None
+          else codes_of(np.ascontiguousarray(np.broadcast_to(np.asarray(zero_point), shape))))
+    out = dtype_name(want.dtype)
+    lane_regs = {
+        "x_fmt": c.q_inputs.index(_type_name(x.dtype)),
+        "s_fmt": c.scales.index(_type_name(scale.dtype)),
+        "prec": c.precisions.index("float32"), "cast": 1,
+        "out_fmt": c.q_outputs.index(out), "saturate": 1,
+    }
+    return _finish(unit, label or f"DML {dtype_name(x.dtype)} -> {out}", lane_regs, layout,
+                   codes_of(scale_b), zp, x, want, {"op": "dml", "layout": layout.kind})
+
+
+def unpack_output(job: Job, beats: list[int], width: int, lanes: int) -> np.ndarray:
+    """Turn output beats back into the output array of ``job`` (shape and dtype)."""
+    mask = (1 << width) - 1
+    codes = np.array([(b >> (k * width)) & mask for b in beats for k in range(lanes)],
+                     dtype=np.int64)[:job.count]
+    name = job.out_dtype
+    dt = QTYPES[name].dtype if name in QTYPES else FLOAT_TYPES[name]
+    raw = codes.astype({1: np.uint8, 2: np.uint16, 4: np.uint32}[dt.itemsize])
+    if name in QTYPES and QTYPES[name].bits < 8 and QTYPES[name].signed:
+        bits = QTYPES[name].bits
+        raw = np.where(raw >> (bits - 1) & 1, raw | (0xFF << bits) & 0xFF, raw).astype(np.uint8)
+    return raw.view(dt).reshape(job.shape)

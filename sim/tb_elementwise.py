@@ -1,0 +1,227 @@
+"""cocotb testbench for the Quantize and Dequantize units (:class:`qaccel.rtl.elementwise.
+Elementwise`); run it with :func:`qaccel.sim.elementwise_sim.run_elementwise`.
+
+Parameters (``qaccel.sim.tbconfig.params()``): ``jobs_file`` (JSON list of
+:class:`qaccel.sim.jobs.Job` dicts), ``latency`` (the unit's stated latency), ``idle`` and
+``backpressure`` (pause probabilities per cycle), ``max_burst``, ``watchdog`` (stall timeout in
+cycles), ``seed``, ``reset_after`` (beats into the first job at which test_reset_mid_stream
+resets). Every output beat is checked in order against the job's expected beats (the golden
+model's answer); each test records its beats, cycles and seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+
+import cocotb
+from cocotb.triggers import FallingEdge, RisingEdge
+
+from qaccel.sim import tbconfig
+from qaccel.sim.scoreboard import InOrderChecker
+from qaccel.sim.streams import (
+    CycleLoop,
+    StallError,
+    StreamDriver,
+    StreamMonitor,
+    StreamPort,
+    StreamSink,
+    Watchdog,
+    cycle_pauses,
+    no_pauses,
+    random_pauses,
+)
+from qaccel.sim.tb import reset, start_clock
+
+log = logging.getLogger("cocotb.qaccel.tb_elementwise")
+
+DEFAULTS = {"idle": 0.3, "backpressure": 0.3, "max_burst": 4, "watchdog": 2000, "seed": None,
+            "reset_after": 20}
+
+
+class ElementwiseTB:
+    """Clock, reset, table loader, x driver, y sink, monitors, checker and watchdog."""
+
+    def __init__(self, dut, params: dict, *, idle=None, backpressure=None, watchdog=None):
+        self.dut = dut
+        self.params = params
+        self.x = StreamPort(dut, "x")
+        self.y = StreamPort(dut, "y")
+        self.driver = StreamDriver(self.x, pauses=idle)
+        self.sink = StreamSink(self.y, pauses=backpressure)
+        self.checker = InOrderChecker("y")
+        self.expected: list[int] = []     # the current job's output beats, in order
+        self.masks: list[int] = []
+        self.sent = 0
+        self.x_mon = StreamMonitor(self.x, self._on_x)
+        self.y_mon = StreamMonitor(self.y, self._on_y)
+        self.watchdog = Watchdog(watchdog or params["watchdog"],
+                                 (self.y_mon, lambda: self.checker.pending),
+                                 (self.x_mon, lambda: self.driver.pending))
+        self.loop = CycleLoop(dut.clk, self.driver, self.sink, self.x_mon, self.y_mon,
+                              self.watchdog)
+        self._job_base = 0                 # y beats of earlier jobs
+
+    def _on_x(self, payload: int, cycle: int) -> None:
+        k = self.sent
+        self.sent += 1
+        self.checker.add_expected(self.expected[k], cycle, tag=f"x beat {k} = {payload:#x}")
+
+    def _on_y(self, payload: int, cycle: int) -> None:
+        k = self.checker.matched - self._job_base
+        self.checker.add_actual(payload & self.masks[k], cycle)
+
+    async def start(self) -> None:
+        dut = self.dut
+        for name in ("x__valid", "table__valid", "start", "y__ready"):
+            getattr(dut, name).value = 0
+        dut.x__payload.value = 0
+        dut.table__payload.value = 0
+        dut.regs.value = 0
+        start_clock(dut)
+        await reset(dut)
+
+    async def load(self, job: dict) -> None:
+        """Write the table, set the registers, pulse start (inputs change after falling edges)."""
+        dut = self.dut
+        layout = self.params["table_fields"]       # [(name, offset, width)]
+        await FallingEdge(dut.clk)                  # (a CycleLoop run ends in ReadOnly)
+        for entry in job["table"]:
+            word = 0
+            for (name, offset, width), value in zip(layout, entry, strict=True):
+                assert value >> width == 0, f"table {name} {value:#x} exceeds {width} bits"
+                word |= value << offset
+            dut.table__payload.value = word
+            dut.table__valid.value = 1
+            await FallingEdge(dut.clk)
+        dut.table__valid.value = 0
+        dut.regs.value = job["regs"]
+        dut.start.value = 1
+        await FallingEdge(dut.clk)
+        dut.start.value = 0
+
+    async def run_job(self, job: dict) -> dict:
+        """Run one job to completion: every y beat checked; then wait until idle."""
+        await self.load(job)
+        n = len(job["y"])
+        self.expected = job["y"]
+        self.masks = [(1 << len(self.y.payload)) - 1] * (n - 1) + [job["ymask"]] if n else []
+        self._job_base = self.checker.matched
+        self.sent = 0
+        self.driver.send(job["x"])
+        t0 = time.perf_counter()
+        cycles = await self.loop.run(until=lambda: self.checker.matched - self._job_base >= n
+                                     and self.driver.pending == 0,
+                                     max_cycles=200 * (n + 200))
+        cycles += await self.loop.run(until=lambda: not int(self.dut.busy.value),
+                                      max_cycles=1000)
+        self.checker.check_done()
+        assert self.sent == len(job["x"]), f"{self.sent} x beats accepted, sent {len(job['x'])}"
+        return {"beats": n, "cycles": cycles, "seconds": time.perf_counter() - t0}
+
+
+def _params() -> tuple[dict, random.Random, list[dict]]:
+    params = {**DEFAULTS, **tbconfig.params()}
+    seed = params["seed"] if params["seed"] is not None else cocotb.RANDOM_SEED
+    params["seed"] = seed
+    with open(params["jobs_file"]) as f:
+        jobs = json.load(f)
+    return params, random.Random(seed), jobs
+
+
+def _pauses(params, rng, key):
+    p = params[key]
+    return random_pauses(p, rng=rng, max_burst=params["max_burst"]) if p else no_pauses()
+
+
+@cocotb.test()
+async def test_jobs(dut):
+    """Every job back to back, random idle cycles on x and back-pressure on y."""
+    params, rng, jobs = _params()
+    tb = ElementwiseTB(dut, params, idle=_pauses(params, rng, "idle"),
+                       backpressure=_pauses(params, rng, "backpressure"))
+    await tb.start()
+    beats = cycles = 0
+    seconds = 0.0
+    per_job = []
+    for job in jobs:
+        r = await tb.run_job(job)
+        beats += r["beats"]
+        cycles += r["cycles"]
+        seconds += r["seconds"]
+        per_job.append([job["label"], r["beats"]])
+    assert tb.x_mon.count == sum(len(j["x"]) for j in jobs)
+    assert tb.y_mon.count == beats, f"{tb.y_mon.count} y beats seen, {beats} expected"
+    tbconfig.record("test_jobs", jobs=len(jobs), beats=beats, cycles=cycles,
+                    seconds=round(seconds, 4), beats_per_second=round(beats / seconds, 1),
+                    min_latency=tb.checker.min_latency, max_latency=tb.checker.max_latency,
+                    seed=params["seed"])
+
+
+@cocotb.test()
+async def test_throughput(dut):
+    """No pauses: >= 0.99 beats per cycle on x and y, latency exactly as stated."""
+    params, rng, jobs = _params()
+    job = max(jobs, key=lambda j: len(j["x"]))
+    tb = ElementwiseTB(dut, params, idle=no_pauses(), backpressure=no_pauses())
+    await tb.start()
+    r = await tb.run_job(job)
+    rate = min(tb.x_mon.beats_per_cycle(), tb.y_mon.beats_per_cycle())
+    assert rate >= 0.99 or r["beats"] < 100, f"{rate:.4f} beats per cycle ({r['beats']} beats)"
+    lat = (tb.checker.min_latency, tb.checker.max_latency)
+    assert lat == (params["latency"], params["latency"]), (
+        f"latency {lat[0]}..{lat[1]} cycles, stated {params['latency']}")
+    tbconfig.record("test_throughput", beats=r["beats"], beats_per_cycle=round(rate, 5),
+                    latency=lat[0], cycles=r["cycles"])
+
+
+@cocotb.test()
+async def test_reset_mid_stream(dut):
+    """A reset in the middle of a job, then the job again from the start: every beat right."""
+    params, rng, jobs = _params()
+    job = max(jobs, key=lambda j: len(j["x"]))
+    tb = ElementwiseTB(dut, params, idle=_pauses(params, rng, "idle"),
+                       backpressure=_pauses(params, rng, "backpressure"))
+    await tb.start()
+    await tb.load(job)
+    tb.expected = job["y"]
+    tb.masks = [(1 << len(tb.y.payload)) - 1] * (len(job["y"]) - 1) + [job["ymask"]]
+    tb.driver.send(job["x"])
+    stop = min(params["reset_after"], len(job["x"]) - 1)
+    await tb.loop.run(until=lambda: tb.x_mon.count >= stop, max_cycles=100 * (stop + 100))
+    # reset: abandon the beats in flight, start over
+    await FallingEdge(dut.clk)
+    tb.driver.reset()
+    await reset(dut)
+    for _ in range(3):
+        await RisingEdge(dut.clk)
+    await FallingEdge(dut.clk)
+    assert not int(dut.busy.value), "busy after reset"
+    assert not int(dut.y__valid.value), "y valid after reset"
+    tb.checker = InOrderChecker("y")
+    r = await tb.run_job(job)
+    tbconfig.record("test_reset_mid_stream", beats=r["beats"], reset_after=stop)
+
+
+@cocotb.test()
+async def test_watchdog_names_stalled_stream(dut):
+    """A sink that never becomes ready: the watchdog fails naming stream 'y'."""
+    params, rng, jobs = _params()
+    job = max(jobs, key=lambda j: len(j["x"]))
+    timeout = 300
+    tb = ElementwiseTB(dut, params, backpressure=cycle_pauses((1,)), watchdog=timeout)
+    await tb.start()
+    await tb.load(job)
+    tb.expected = job["y"]
+    tb.masks = [(1 << len(tb.y.payload)) - 1] * len(job["y"])
+    tb.driver.send(job["x"])
+    try:
+        await tb.loop.run(until=lambda: False, max_cycles=20 * timeout)
+    except StallError as e:
+        message = str(e)
+    else:
+        raise AssertionError("the watchdog did not fire on a stalled output stream")
+    assert "stream 'y' stalled" in message and "valid=1 ready=0" in message, message
+    tbconfig.record("test_watchdog_names_stalled_stream", message=message)

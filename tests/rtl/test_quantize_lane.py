@@ -1,0 +1,227 @@
+# amaranth: UnusedElaboratable=no
+"""QuantizeLane through Verilator against the golden model, element by element.
+
+Every (x type, scale type, output type) of the default configuration, with and without
+``saturate``, the ``precision`` attribute for every precision, and DirectML's quantize, in one
+Verilator build: the groups of vectors run back to back in one stream, separated by a pipeline
+flush (the lane's registers must be stable while elements are in flight). The golden model gets
+each group as a per-axis QuantizeLinear along axis 0 (one scale and zero point per element).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qaccel.model.config import AccelConfig
+from qaccel.model.dml import dml_quantize_linear
+from qaccel.model.dtypes import FLOAT_TYPES, QTYPES
+from qaccel.model.quant import division_dtype, quantize_linear
+from qaccel.rtl.quantize_lane import QuantizeLane, quantize_lane_regs
+from qaccel.sim.runner import missing_simulator
+from qaccel.sim.vectors import VectorSim, join_fields
+
+requires_verilator = pytest.mark.skipif(missing_simulator("verilator") is not None,
+                                        reason=missing_simulator("verilator") or "")
+
+CONFIG = AccelConfig()
+DTYPES = {**FLOAT_TYPES, "int32": np.dtype(np.int32)}
+
+GROUP = 1500
+
+
+def _dtype(name: str) -> np.dtype:
+    return DTYPES[name] if name in DTYPES else QTYPES[name].dtype
+
+
+def _codes(a: np.ndarray) -> np.ndarray:
+    """Bit patterns of ``a`` as int64 (sub-byte types: the low bits of their byte)."""
+    width = a.dtype.itemsize
+    raw = a.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[width]).astype(np.int64)
+    name = next((n for n, q in QTYPES.items() if q.dtype == a.dtype), None)
+    bits = QTYPES[name].bits if name else 8 * width
+    return raw & ((1 << bits) - 1)
+
+
+def random_x(name: str, n: int, scale: np.ndarray, rng) -> np.ndarray:
+    """Values of type ``name``: random magnitudes, ties of ``x / scale``, specials."""
+    dt = _dtype(name)
+    if name == "int32":
+        x = rng.integers(-(1 << 31), 1 << 31, n, dtype=np.int64)
+        x[: n // 4] = rng.integers(-300, 300, n // 4)
+        x[:8] = [0, 1, -1, (1 << 31) - 1, -(1 << 31), 127, -128, 255]
+        return x.astype(np.int32)
+    bits = rng.integers(0, 1 << (8 * dt.itemsize), n, dtype=np.uint64)
+    x = bits.astype({2: np.uint16, 4: np.uint32}[dt.itemsize]).view(dt)
+    # a third of them near (k + 1/2) * scale: ties, and values just off ties
+    k = n // 3
+    f32 = scale[:k].astype(np.float32) * (rng.integers(-300, 300, k) + np.float32(0.5))
+    x[:k] = f32.astype(dt)
+    x[k:2 * k] = (rng.standard_normal(k) * 40).astype(dt)
+    x[:6] = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e30]).astype(dt)
+    return x
+
+
+def random_scale(name: str, n: int, rng) -> np.ndarray:
+    dt = _dtype(name)
+    if name == "int32":
+        s = rng.integers(-5, 40, n).astype(np.int32)
+        return s
+    mag = np.exp2(rng.uniform(-12, 6, n)).astype(np.float32)
+    s = np.where(rng.random(n) < 0.3, np.exp2(rng.integers(-8, 4, n)).astype(np.float32), mag)
+    s = np.where(rng.random(n) < 0.05, -s, s)
+    s = s.astype(dt)
+    if dt.itemsize == 2:  # a few random codes: subnormals, inf, NaN
+        m = n // 20
+        s[:m] = rng.integers(0, 1 << 16, m, dtype=np.uint64).astype(np.uint16).view(dt)
+    s[:4] = np.array([0.0, np.inf, np.nan, 1e-40], dtype=np.float32).astype(dt)
+    return s
+
+
+def random_zp(name: str, n: int, rng) -> np.ndarray:
+    q = QTYPES[name]
+    if q.is_int:
+        return rng.integers(q.qmin, q.qmax + 1, n).astype(q.dtype)
+    return rng.uniform(-7, 7, n).astype(q.dtype)
+
+
+class Groups:
+    """Vectors of many register settings, back to back, each group followed by a flush."""
+
+    def __init__(self, lane: QuantizeLane):
+        self.lane = lane
+        self.layout = quantize_lane_regs(lane.config)
+        self.cols = {k: [] for k in ("regs", "x", "scale", "zero_point")}
+        self.expected: list[np.ndarray] = []
+        self.labels: list[tuple[str, int, int]] = []
+        self.n = 0
+
+    def add(self, label: str, regs: dict, x, scale, zp, want) -> None:
+        c = self.lane.config
+        n = x.size
+        fields = {"x_fmt": c.q_inputs.index(regs["x"]), "s_fmt": c.scales.index(regs["s"]),
+                  "prec": c.precisions.index(regs["prec"]), "cast": int(regs["cast"]),
+                  "out_fmt": c.q_outputs.index(regs["out"]),
+                  "saturate": int(regs.get("saturate", 1))}
+        word = int(join_fields({k: np.array([v]) for k, v in fields.items()}, self.layout)[0])
+        pad = self.lane.latency + 1
+        self.cols["regs"].append(np.full(n + pad, word, np.int64))
+        for key, arr in (("x", x), ("scale", scale), ("zero_point", zp)):
+            codes = np.zeros(n + pad, np.int64)
+            if arr is not None:
+                codes[:n] = _codes(arr)
+            self.cols[key].append(codes)
+        self.expected.append(_codes(want))
+        self.labels.append((label, self.n, n))
+        self.n += n + pad
+
+    def inputs(self) -> dict[str, np.ndarray]:
+        return {k: np.concatenate(v) for k, v in self.cols.items()}
+
+
+@pytest.fixture(scope="module")
+def lane_sim():
+    lane = QuantizeLane(CONFIG)
+    return lane, VectorSim(lane, name="quantize_lane")
+
+
+def run_groups(lane_sim, groups: Groups) -> int:
+    lane, sim = lane_sim
+    y = sim.run(groups.inputs(), latency=lane.latency, outputs=["y"])["y"].astype(np.int64)
+    checked = 0
+    for (label, start, n), want, x_col, s_col in zip(
+            groups.labels, groups.expected, groups.cols["x"], groups.cols["scale"], strict=True):
+        got = y[start:start + n]
+        bad = np.flatnonzero(got != want)
+        assert not bad.size, (
+            f"{label}: {bad.size} of {n} wrong; first: " + "; ".join(
+                f"x={int(x_col[k]):#x} scale={int(s_col[k]):#x}: {int(got[k]):#x}, "
+                f"want {int(want[k]):#x}" for k in bad[:4]))
+        checked += n
+    return checked
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_quantize_lane_every_type(lane_sim):
+    """Every x type x scale type x output type (saturate on and, for float8, off)."""
+    lane, _ = lane_sim
+    rng = np.random.default_rng(1)
+    groups = Groups(lane)
+    c = lane.config
+    for xt in c.q_inputs:
+        for st in c.scales:
+            for out in c.q_outputs:
+                sats = (True, False) if out.startswith("float8") else (True,)
+                for sat in sats:
+                    s = random_scale(st, GROUP, rng)
+                    x = random_x(xt, GROUP, s, rng)
+                    zp = random_zp(out, GROUP, rng)
+                    with np.errstate(all="ignore"):
+                        want = quantize_linear(x, s, zp, axis=0, saturate=sat)
+                    regs = {"x": xt, "s": st, "prec": _prec_name(division_dtype(xt, st)),
+                            "cast": 0, "out": out, "saturate": sat}
+                    groups.add(f"{xt}/{st} -> {out} sat={int(sat)}", regs, x, s, zp, want)
+    assert run_groups(lane_sim, groups) == len(groups.labels) * GROUP
+
+
+def _prec_name(dt: np.dtype) -> str:
+    if dt == np.float64:
+        return "float64"
+    return next(n for n, d in FLOAT_TYPES.items() if d == dt)
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_quantize_lane_precision(lane_sim):
+    """The ``precision`` attribute: both operands rounded to it, the division in it."""
+    lane, _ = lane_sim
+    rng = np.random.default_rng(2)
+    groups = Groups(lane)
+    c = lane.config
+    for xt in c.q_inputs:
+        for st in c.scales:
+            for prec in ("float32", "float16", "bfloat16"):
+                for out in ("int8", "uint4", "int16", "float8e4m3fn", "float4e2m1"):
+                    s = random_scale(st, GROUP // 3, rng)
+                    x = random_x(xt, GROUP // 3, s, rng)
+                    zp = random_zp(out, GROUP // 3, rng)
+                    with np.errstate(all="ignore"):
+                        want = quantize_linear(x, s, zp, axis=0, precision=FLOAT_TYPES[prec])
+                    regs = {"x": xt, "s": st, "prec": prec, "cast": 1, "out": out}
+                    groups.add(f"{xt}/{st} precision={prec} -> {out}", regs, x, s, zp, want)
+    assert run_groups(lane_sim, groups) > 0
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_quantize_lane_dml(lane_sim):
+    """DirectML's quantize: float32 division (int32 input rounded to float32 first)."""
+    lane, _ = lane_sim
+    rng = np.random.default_rng(3)
+    groups = Groups(lane)
+    for xt in ("float32", "float16", "int32"):
+        st = "float32" if xt == "int32" else xt
+        for out in ("int8", "uint8"):
+            for with_zp in (True, False):
+                s = random_scale(st, GROUP, rng)
+                x = random_x(xt, GROUP, s, rng)
+                zp = random_zp(out, GROUP, rng) if with_zp else None
+                with np.errstate(all="ignore"):
+                    want = dml_quantize_linear(x, s, zp, output_dtype=QTYPES[out].dtype)
+                regs = {"x": xt, "s": st, "prec": "float32", "cast": 1, "out": out}
+                groups.add(f"DML {xt} -> {out} zp={with_zp}", regs, x, s,
+                           zp if zp is not None else np.zeros(GROUP, QTYPES[out].dtype), want)
+    assert run_groups(lane_sim, groups) == len(groups.labels) * GROUP
+
+
+def test_quantize_lane_config_type():
+    with pytest.raises(TypeError, match="config must be an AccelConfig"):
+        QuantizeLane({"lanes": 1})
+
+
+def test_quantize_lane_small_config():
+    """A float32-only, int8-only instance is much shorter (no float64 quotient)."""
+    small = QuantizeLane(AccelConfig(q_inputs=("float32",), scales=("float32",),
+                                     q_outputs=("int8", "uint8")))
+    assert small.latency < QuantizeLane(CONFIG).latency

@@ -1,0 +1,505 @@
+# amaranth: UnusedElaboratable=no
+"""ScaleIndex against model.indexing.run_indices: hundreds of layouts through Verilator
+(qaccel.sim.vectors, one build with lanes 1, 2, 4, 8), back-pressure, restarts and latency in
+Amaranth's simulator; the register helper and parameter errors.
+
+Both simulators produce a per-cycle trace (start, ready, valid, payload, busy) that one
+checker splits into jobs: the beats transferred after a ``start`` (up to and including the
+cycle of the next one) must be the job's reference indices, in order, none lost or repeated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from qaccel.model.indexing import broadcast_layout, run_indices, scale_layout
+from qaccel.rtl.scale_index import ScaleIndex, index_registers
+from qaccel.sim.runner import missing_simulator
+from qaccel.sim.vectors import ComponentBank, VectorSim, join_fields, split_fields
+
+requires_verilator = pytest.mark.skipif(missing_simulator("verilator") is not None,
+                                        reason=missing_simulator("verilator") or "")
+
+LANES = (1, 2, 4, 8)
+CONFIG = ("size", "stride", "block")
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts
+
+
+def blocked(shape, axis, block):
+    scale = list(shape)
+    scale[axis] = -(-shape[axis] // block)
+    return scale_layout(shape, tuple(scale), axis, block)
+
+
+def random_layout(rng: np.random.Generator):
+    """A random per-tensor, per-axis, blocked or broadcast layout of rank 1..4, <= 4000
+    elements."""
+    while True:
+        rank = int(rng.integers(1, 5))
+        shape = tuple(int(n) for n in rng.choice([1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 16, 23, 40],
+                                                 rank))
+        if math.prod(shape) <= 4000:
+            break
+    kind = int(rng.integers(4))
+    axis = int(rng.integers(-rank, rank))
+    if kind == 0:
+        return scale_layout(shape, (1,) * int(rng.integers(0, 2)), axis, 0)
+    if kind == 1:
+        return scale_layout(shape, (shape[axis],), axis, 0)
+    if kind == 2:
+        return blocked(shape, axis, int(rng.choice([1, 2, 3, 4, 5, 7, 8, 9, 16, 32])))
+    keep = rng.random(rank) < 0.5
+    return broadcast_layout(shape, tuple(n if k else 1 for n, k in zip(shape, keep,
+                                                                        strict=True)))
+
+
+def vector_layouts() -> list:
+    """Per-tensor, per-axis on every axis, blocked (block 1..9, 16, 32, 128, partial last
+    blocks), DirectML broadcast (every pattern), empty, and random layouts of ranks 1..4."""
+    out = [scale_layout(s, (), 0, 0) for s in
+           [(1,), (7,), (64,), (3, 4), (2, 3, 4), (2, 3, 4, 5), (1, 1, 1, 1), (5, 1, 7)]]
+    out.append(scale_layout((5, 0, 3), (5,), 0, 0))
+    for shape in [(9,), (3, 5), (1000, 3), (4, 3, 5), (2, 3, 4, 5), (3, 1, 6), (5, 2, 1, 3),
+                  (13, 17), (1, 9, 2, 7)]:
+        for axis in range(-len(shape), len(shape)):
+            out.append(scale_layout(shape, (shape[axis],), axis, 0))
+    for block in (*range(1, 10), 16, 32, 128):
+        for shape, axis in [((50,), 0), ((3, 37), 1), ((37, 3), 0), ((2, 45, 3), 1),
+                            ((2, 3, 4, 29), -1), ((4, 20, 2, 3), 1), ((2, 300), 1),
+                            ((260, 2), -2), ((3, 2, 17, 2), 2)]:
+            out.append(blocked(shape, axis, block))
+    for shape in [(5,), (3, 4), (2, 3, 5), (2, 3, 4, 5), (3, 1, 4, 2), (7, 2, 9, 3)]:
+        for mask in range(1 << len(shape)):
+            out.append(broadcast_layout(shape, tuple(1 if mask >> d & 1 else n
+                                                     for d, n in enumerate(shape))))
+    rng = np.random.default_rng(7)
+    out += [random_layout(rng) for _ in range(120)]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Traces and the checker
+
+
+def job_cycles(count: int, lanes: int) -> int:
+    """Cycles of a job with ``o.ready`` high: start, set-up, staging, beats, one idle."""
+    return 3 + -(-count // lanes) + 1
+
+
+def check_trace(trace: dict, jobs: list, lanes: int, *, latency: int = 3) -> int:
+    """Check a per-cycle trace against ``jobs`` (``(layout, complete)`` per ``start``, in
+    order); return the number of indices compared.
+
+    ``trace`` holds equal-length arrays: ``start``, ``ready``, ``valid``, ``last``, ``busy``
+    (1-D) and ``index`` (cycles x lanes). A job owns the transfers after its ``start`` up to
+    the cycle of the next one. Checks the indices of every transferred beat (elements below
+    the count), ``last``, the beat count of a complete job, the first beat ``latency``
+    cycles after ``start``, the stream rule (an offered beat stays, unchanged, until taken,
+    unless a ``start`` withdraws it) and ``busy`` (from the cycle after ``start`` to the last
+    transfer of a complete job).
+    """
+    start = np.asarray(trace["start"], bool)
+    ready = np.asarray(trace["ready"], bool)
+    valid = np.asarray(trace["valid"], bool)
+    last = np.asarray(trace["last"], bool)
+    busy = np.asarray(trace["busy"], bool)
+    index = np.asarray(trace["index"], np.int64).reshape(len(start), lanes)
+    n = len(start)
+    starts = np.flatnonzero(start)
+    assert len(starts) == len(jobs), f"{len(starts)} starts for {len(jobs)} jobs"
+    # Stream rule: a beat offered and not taken is offered again, unchanged.
+    held = valid[:-1] & ~ready[:-1] & ~start[:-1]
+    bad = np.flatnonzero(held & ~valid[1:])
+    assert not bad.size, f"o.valid dropped at cycle {bad[0] + 1} before its beat was taken"
+    same = (index[:-1] == index[1:]).all(axis=1) & (last[:-1] == last[1:])
+    bad = np.flatnonzero(held & ~same)
+    assert not bad.size, f"o.payload changed at cycle {bad[0] + 1} while stalled"
+    assert not (valid[:starts[0] + 1] if len(starts) else valid).any(), "beat before start"
+    transfer = valid & ready
+    compared = 0
+    for j, (layout, complete) in enumerate(jobs):
+        s = starts[j]
+        e = starts[j + 1] + 1 if j + 1 < len(jobs) else n
+        cyc = s + 1 + np.flatnonzero(transfer[s + 1:e])
+        want = run_indices(layout).ravel()
+        count = want.size
+        beats = -(-count // lanes)
+        what = f"job {j} (start at cycle {s}, {layout.kind} {layout.x_shape}, collapsed " \
+               f"{layout.sizes_c} / {layout.strides_c} / {layout.blocks_c}, lanes {lanes})"
+        assert len(cyc) <= beats, f"{what}: {len(cyc)} beats, expected {beats}"
+        if complete:
+            assert len(cyc) == beats, f"{what}: {len(cyc)} beats, expected {beats}"
+        elements = min(len(cyc) * lanes, count)
+        got = index[cyc].ravel()[:elements]
+        bad = np.flatnonzero(got != want[:elements])
+        assert not bad.size, (f"{what}: {bad.size} wrong indices, first at element "
+                              f"{bad[0]}: {got[bad[0]]}, expected {want[bad[0]]}; got "
+                              f"{got[:24].tolist()}, expected {want[:24].tolist()}")
+        want_last = np.arange(len(cyc)) == beats - 1
+        assert (last[cyc] == want_last).all(), f"{what}: last flags {last[cyc].astype(int)}"
+        if len(cyc):
+            assert valid[s + latency] and not valid[s + 1:s + latency].any(), \
+                f"{what}: valid {valid[s:s + latency + 1].astype(int)} from start on"
+        if complete:
+            end = cyc[-1] if len(cyc) else s + 1
+            assert busy[s + 1:end + 1].all() and not busy[end + 1:e - 1].any(), \
+                f"{what}: busy {busy[s:e].astype(int)}"
+        compared += elements
+    return compared
+
+
+# ---------------------------------------------------------------------------------------------
+# Verilator: a test-only wrapper with o.ready tied high, one build for every lane count
+
+
+class ReadyHarness(wiring.Component):
+    """ScaleIndex with ``o.ready`` high and the stream as plain ports (``valid``, ``index``,
+    ``last``), for ComponentBank and VectorSim."""
+
+    def __init__(self, dut: ScaleIndex):
+        self.dut = dut
+        members = dut.signature.members
+        super().__init__({
+            **{name: In(members[name].shape) for name in (*CONFIG, "count", "start")},
+            "valid": Out(1),
+            "index": Out(dut.payload_layout["index"].shape),
+            "last": Out(1),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = dut = self.dut
+        m.d.comb += [getattr(dut, name).eq(getattr(self, name))
+                     for name in (*CONFIG, "count", "start")]
+        m.d.comb += [dut.o.ready.eq(1), self.valid.eq(dut.o.valid),
+                     self.index.eq(dut.o.payload.index), self.last.eq(dut.o.payload.last),
+                     self.busy.eq(dut.busy)]
+        return m
+
+
+@pytest.fixture(scope="module")
+def bank() -> tuple[VectorSim, dict[int, ScaleIndex]]:
+    units = {lanes: ScaleIndex(lanes=lanes, max_dims=4) for lanes in LANES}
+    harness = ComponentBank({f"l{lanes}": ReadyHarness(unit) for lanes, unit in units.items()})
+    return VectorSim(harness, name="scale_index_bank"), units
+
+
+def run_bank(bank, schedule: dict[int, list]) -> dict[int, dict]:
+    """Run one job list per lane count (``(layout, cycles)``: a ``start`` with the layout's
+    registers, held for ``cycles``) in one VectorSim run; return a trace per lane count."""
+    sim, units = bank
+    n = max(sum(c for _, c in jobs) for jobs in schedule.values())
+    inputs, outputs = {}, []
+    for lanes, jobs in schedule.items():
+        dut, key = units[lanes], f"l{lanes}"
+        lengths = [c for _, c in jobs]
+        pad = n - sum(lengths)
+        regs = [dut.registers(layout) for layout, _ in jobs]
+        for name in CONFIG:
+            layout = dut.signature.members[name].shape
+            bits = join_fields({d: np.array([r[name][d] for r in regs], np.uint64)
+                                for d in range(dut.max_dims)}, layout)
+            bits = np.repeat(bits, lengths, axis=0)
+            inputs[f"{name}_{key}"] = np.concatenate([bits, np.repeat(bits[-1:], pad, 0)])
+        count = np.repeat(np.array([r["count"] for r in regs], np.uint64), lengths)
+        inputs[f"count_{key}"] = np.concatenate([count, np.repeat(count[-1:], pad)])
+        start = np.zeros(n, np.uint8)
+        start[np.cumsum([0, *lengths[:-1]])] = 1
+        inputs[f"start_{key}"] = start
+        outputs += [f"{name}_{key}" for name in ("valid", "index", "last", "busy")]
+    out = sim.run(inputs, latency=0, outputs=outputs)
+    traces = {}
+    for lanes in schedule:
+        key = f"l{lanes}"
+        layout = units[lanes].payload_layout["index"].shape
+        lane = split_fields(out[f"index_{key}"], layout)
+        traces[lanes] = {
+            "start": inputs[f"start_{key}"], "ready": np.ones(n, bool),
+            "valid": out[f"valid_{key}"], "last": out[f"last_{key}"],
+            "busy": out[f"busy_{key}"],
+            "index": np.stack([lane[k] for k in range(lanes)], axis=1),
+        }
+    return traces
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_scale_index_layouts(bank):
+    """Every layout of :func:`vector_layouts` (about 400) on lanes 1, 2, 4, 8, back to back
+    in one run: the index sequence is run_indices(layout).ravel(), the first beat 3 cycles
+    after start, one beat per cycle, ``last`` on the final beat, ``busy`` until it."""
+    layouts = vector_layouts()
+    assert len(layouts) >= 300
+    assert {lay.kind for lay in layouts} == {"per-tensor", "per-axis", "blocked", "broadcast"}
+    assert max(len(lay.sizes_c) for lay in layouts) == 4
+    schedule = {lanes: [(lay, job_cycles(lay.size, lanes)) for lay in layouts]
+                for lanes in LANES}
+    traces = run_bank(bank, schedule)
+    total = 0
+    for lanes, trace in traces.items():
+        total += check_trace(trace, [(lay, True) for lay in layouts], lanes)
+        # One beat per cycle: each job's beats fill the cycles from start + 3 on.
+        valid = np.asarray(trace["valid"], bool)
+        t = 0
+        for lay, cycles in schedule[lanes]:
+            beats = -(-lay.size // lanes)
+            assert valid[t + 3:t + 3 + beats].all() and not valid[t + 3 + beats:t + cycles].any()
+            t += cycles
+    assert total == 4 * sum(lay.size for lay in layouts)
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_scale_index_abort(bank):
+    """A start while a job runs (in its set-up, staging or streaming cycles) aborts it: the
+    beats up to the new start are a prefix of the old job's, the new job starts over."""
+    rng = np.random.default_rng(11)
+    layouts = [random_layout(rng) for _ in range(60)]
+    schedule, jobs = {}, {}
+    for lanes in LANES:
+        schedule[lanes], jobs[lanes] = [], []
+        for k, lay in enumerate(layouts):
+            full = job_cycles(lay.size, lanes)
+            cut = int(rng.integers(1, full)) if k % 3 else full
+            schedule[lanes].append((lay, cut))
+            jobs[lanes].append((lay, cut == full))
+    for lanes, trace in run_bank(bank, schedule).items():
+        assert check_trace(trace, jobs[lanes], lanes) > 0
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_scale_index_long_outer_dimension(bank):
+    """The outermost dimension's size is not a register: per-tensor and blocked 1-D layouts
+    longer than size_width allows (up to 210000 elements), and (3, 70000) blocked by 7
+    (which collapses to one dimension)."""
+    layouts = [scale_layout((100_003,), (), 0, 0), blocked((70_001,), 0, 32),
+               blocked((3, 70_000), 1, 7), blocked((66_000, 2), 0, 1000)]
+    assert all(lay.sizes_c[0] >= 1 << 16 for lay in layouts)
+    schedule = {lanes: [(lay, job_cycles(lay.size, lanes)) for lay in layouts]
+                for lanes in LANES}
+    for lanes, trace in run_bank(bank, schedule).items():
+        assert check_trace(trace, [(lay, True) for lay in layouts], lanes) == \
+            sum(lay.size for lay in layouts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Amaranth simulator: latency, back-pressure, restarts
+
+
+def simulate(dut: ScaleIndex, starts: dict[int, object], ready, cycles: int) -> dict:
+    """Run ``cycles`` cycles: a ``start`` with layout ``starts[c]``'s registers in cycle
+    ``c``, ``o.ready = ready(c)``; return the per-cycle trace."""
+    trace = {key: [] for key in ("start", "ready", "valid", "last", "busy", "index")}
+
+    async def testbench(ctx):
+        for c in range(cycles):
+            if c in starts:
+                regs = dut.registers(starts[c])
+                for name in CONFIG:
+                    for d in range(dut.max_dims):
+                        ctx.set(getattr(dut, name)[d], regs[name][d])
+                ctx.set(dut.count, regs["count"])
+            ctx.set(dut.start, c in starts)
+            ctx.set(dut.o.ready, ready(c))
+            payload = ctx.get(dut.o.payload)
+            trace["start"].append(c in starts)
+            trace["ready"].append(bool(ready(c)))
+            trace["valid"].append(ctx.get(dut.o.valid))
+            trace["last"].append(payload.last)
+            trace["busy"].append(ctx.get(dut.busy))
+            trace["index"].append([payload.index[k] for k in range(dut.lanes)])
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+    return trace
+
+
+SMALL_LAYOUTS = [
+    blocked((4, 10), 1, 4),                      # partial last block
+    scale_layout((5, 3), (3,), 1, 0),            # rows shorter than 4 and 8 lanes
+    broadcast_layout((2, 3, 4), (2, 1, 4)),
+    blocked((2, 9, 5), 1, 2),
+    scale_layout((13,), (), 0, 0),
+    blocked((12, 4), 0, 4),                      # blocked outermost dimension
+    broadcast_layout((3, 1, 2, 5), (3, 1, 1, 5)),
+]
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_scale_index_latency(lanes):
+    """The first beat comes ``latency`` (3) cycles after start, then one per cycle; busy from
+    the cycle after start to the last beat; count 0 emits nothing."""
+    dut = ScaleIndex(lanes=lanes, max_dims=4)
+    assert dut.latency == 3
+    with pytest.raises(AttributeError):
+        dut.latency = 2
+    lay, empty = blocked((4, 10), 1, 4), scale_layout((5, 0, 3), (5,), 0, 0)
+    beats = -(-lay.size // lanes)
+    trace = simulate(dut, {2: lay, 20 + beats: empty}, lambda c: True, 30 + beats)
+    valid = np.flatnonzero(trace["valid"])
+    assert valid.tolist() == list(range(2 + dut.latency, 2 + dut.latency + beats))
+    busy = np.flatnonzero(trace["busy"])
+    assert busy.tolist() == [*range(3, 3 + dut.latency + beats - 1), 21 + beats]
+    check_trace(trace, [(lay, True), (empty, True)], lanes)
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_scale_index_backpressure(lanes):
+    """Random ready (mostly low for stretches): every index once, in order, and an offered
+    beat held unchanged until taken."""
+    rng = np.random.default_rng(lanes)
+    starts, t = {}, 1
+    ready = []
+    for lay in SMALL_LAYOUTS:
+        starts[t] = lay
+        beats = -(-lay.size // lanes)
+        p = rng.choice([0.2, 0.5, 0.9])
+        cycles = 3 + int(beats / p * 2) + 20
+        ready += [True] * (t - len(ready)) + (rng.random(cycles) < p).tolist()
+        t += cycles
+    trace = simulate(dut := ScaleIndex(lanes=lanes, max_dims=4), starts,
+                     lambda c: ready[c] if c < len(ready) else True, t + 5)
+    jobs = [(lay, True) for lay in SMALL_LAYOUTS]
+    assert check_trace(trace, jobs, dut.lanes) == sum(lay.size for lay in SMALL_LAYOUTS)
+    assert not all(trace["ready"])
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_scale_index_restart(lanes):
+    """start mid-stream: while streaming, while a beat is stalled, in the set-up cycle, and
+    with a new configuration; the new job starts from element 0."""
+    dut = ScaleIndex(lanes=lanes, max_dims=4)
+    a, b, c = blocked((4, 10), 1, 3), broadcast_layout((6, 7), (6, 1)), blocked((3, 17), 1, 5)
+    beats_a = -(-a.size // lanes)
+    # a is cut after a few beats (ready high), restarted as b while o.ready is low, b cut
+    # in its set-up cycle by c, c runs to the end.
+    t1 = 1 + 3 + min(2, beats_a - 1)
+    t2 = t1 + 6
+    t3 = t2 + 1
+    starts = {1: a, t1: a, t2: b, t3: c}
+    stall = set(range(t1 + 4, t2 + 1))
+    trace = simulate(dut, starts, lambda cyc: cyc not in stall, t3 + 10 + 2 * c.size)
+    jobs = [(a, False), (a, False), (b, False), (c, True)]
+    check_trace(trace, jobs, lanes)
+    valid = np.asarray(trace["valid"], bool)
+    assert valid[t2] and not trace["ready"][t2], "a beat was withdrawn by start"
+    assert not valid[t2 + 1:t3 + 3].any()
+
+
+# ---------------------------------------------------------------------------------------------
+# Members and the register helper
+
+
+def test_scale_index_members():
+    dut = ScaleIndex(lanes=4, max_dims=3, size_width=12, index_width=24, count_width=20)
+    members = dut.signature.members
+    assert members["size"].shape.length == 3 and members["size"].shape.elem_shape.width == 12
+    assert members["block"].shape == members["size"].shape
+    assert members["stride"].shape.elem_shape.width == 24
+    assert members["count"].shape.width == 20
+    assert members["start"].shape == 1 and members["busy"].shape == 1
+    payload = dut.payload_layout
+    assert payload["index"].shape.length == 4 and payload["index"].shape.elem_shape.width == 24
+    assert payload["last"].shape.width == 1
+    assert (dut.lanes, dut.max_dims, dut.size_width, dut.index_width, dut.count_width) == \
+        (4, 3, 12, 24, 20)
+
+
+def test_registers_innermost_first():
+    """Collapsed dimensions reversed, outermost in the top slot with size 0 (unused),
+    padding in between; a dimension inside one block becomes stride 0, block 1."""
+    lay = blocked((4, 10), 1, 4)                                    # (4, 10) (3, 1) (1, 4)
+    assert index_registers(lay, max_dims=4) == {
+        "size": (10, 1, 1, 0), "stride": (1, 0, 0, 3), "block": (4, 1, 1, 1), "count": 40}
+    lay = scale_layout((2, 3, 4, 5), (4,), 2, 0)                    # (6, 4, 5) (0, 1, 0)
+    assert ScaleIndex(lanes=2, max_dims=3).registers(lay) == {
+        "size": (5, 4, 0), "stride": (0, 1, 0), "block": (1, 1, 1), "count": 120}
+    lay = blocked((2, 9, 1), 1, 16)                                 # (2, 9) (1, 1) (1, 16)
+    assert index_registers(lay, max_dims=2) == {
+        "size": (9, 0), "stride": (0, 1), "block": (1, 1), "count": 18}
+    assert index_registers(scale_layout((7,), (), 0, 0), max_dims=1) == {
+        "size": (0,), "stride": (0,), "block": (1,), "count": 7}
+    assert index_registers(scale_layout((5, 0, 3), (5,), 0, 0), max_dims=2) == {
+        "size": (1, 0), "stride": (0, 0), "block": (1, 1), "count": 0}
+
+
+def test_registers_max_dims_error():
+    lay = broadcast_layout((2, 3, 4, 5), (2, 1, 4, 1))              # 4 collapsed dimensions
+    with pytest.raises(ValueError, match=r"max_dims must be at least 4 for this layout "
+                                         r"\(collapsed sizes \(2, 3, 4, 5\)\), not 3"):
+        index_registers(lay, max_dims=3)
+
+
+def test_registers_size_width_error():
+    lay = scale_layout((3, 70_001), (3,), 0, 0)                    # inner size 70001
+    with pytest.raises(ValueError, match=r"size_width must be at least 17 for this layout "
+                                         r"\(dimension size 70001\), not 16"):
+        ScaleIndex(lanes=1, max_dims=2).registers(lay)
+
+
+def test_registers_block_width_error():
+    lay = blocked((70_000,), 0, 66_000)                            # top dimension's block
+    with pytest.raises(ValueError, match=r"size_width must be at least 17 for this layout "
+                                         r"\(block size 66000\), not 16"):
+        index_registers(lay, max_dims=2)
+
+
+def test_registers_index_width_error():
+    lay = blocked((40, 3001), 1, 2)                                # 40 x 1501 scales
+    with pytest.raises(ValueError, match=r"index_width must be at least 16 for this layout "
+                                         r"\(largest scale index 60039\), not 12"):
+        index_registers(lay, max_dims=2, index_width=12)
+    with pytest.raises(ValueError, match=r"index_width must be at least 11 for this layout "
+                                         r"\(stride 1501\), not 10"):
+        index_registers(lay, max_dims=2, index_width=10)
+
+
+def test_registers_count_width_error():
+    with pytest.raises(ValueError, match=r"count_width must be at least 17 for this layout "
+                                         r"\(element count 70000\), not 16"):
+        index_registers(scale_layout((7, 10_000), (), 0, 0), max_dims=2, count_width=16)
+
+
+def test_registers_layout_type_error():
+    with pytest.raises(TypeError, match=r"layout must be a ScaleLayout, not \(4, 10\)"):
+        index_registers((4, 10), max_dims=2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"lanes": 3}, ValueError, r"lanes must be one of 1, 2, 4, 8, not 3"),
+        ({"lanes": 16}, ValueError, r"lanes must be one of 1, 2, 4, 8, not 16"),
+        ({"lanes": 2.0}, TypeError, r"lanes must be an integer, not 2\.0"),
+        ({"max_dims": 0}, ValueError, r"max_dims must be in \[1, 8\], not 0"),
+        ({"max_dims": 9}, ValueError, r"max_dims must be in \[1, 8\], not 9"),
+        ({"max_dims": None}, TypeError, r"max_dims must be an integer, not None"),
+        ({"size_width": 3}, ValueError, r"size_width must be in \[4, 32\], not 3"),
+        ({"size_width": 33}, ValueError, r"size_width must be in \[4, 32\], not 33"),
+        ({"index_width": 0}, ValueError, r"index_width must be in \[1, 64\], not 0"),
+        ({"index_width": "20"}, TypeError, r"index_width must be an integer, not '20'"),
+        ({"count_width": 65}, ValueError, r"count_width must be in \[1, 64\], not 65"),
+        ({"count_width": True}, TypeError, r"count_width must be an integer, not True"),
+    ],
+)
+def test_scale_index_parameter_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ScaleIndex(**{"lanes": 4, "max_dims": 4, **kwargs})
+    if "lanes" not in kwargs:
+        with pytest.raises(error, match=match):
+            index_registers(blocked((4, 10), 1, 4), **{"max_dims": 4, **kwargs})
