@@ -72,6 +72,7 @@ import numpy as np
 
 from . import nbits_kernels as _k
 from .jitcache import locked_call
+from .quant_kernels import run_items
 from .validate import as_array, check_int, check_power_of_two, check_shape
 
 __all__ = [
@@ -93,6 +94,8 @@ _A_DTYPES = {
 }
 _TILE = 128  # output columns per parallel work item of the generic kernel
 _PACKED_BITS = (2, 4, 8)  # bits that matmul_packed reads straight from B
+# multiply-adds per element of run_items's threshold for threads (PARALLEL_MIN_ELEMENTS)
+_MACS_PER_ELEMENT = 16
 _INT8_MAX_BLOCK = 65536  # int32 block sums stay exact: 127 * 255 * 65536 < 2**31
 
 
@@ -410,23 +413,11 @@ class NBitsWeights:
             kernel, arrays = _k.matmul_tiles, self._tiles
         else:
             kernel, arrays = _k.matmul_packed, op.packed_args(wbits)
-        # tiles handed out one at a time: a core that is busy elsewhere delays nothing
-        with numba.parallel_chunksize(1):
-            locked_call(
-                kernel,
-                a64,
-                qd,
-                sa,
-                absum,
-                *arrays,
-                op.zmode,
-                wbits,
-                op.bits,
-                op.block_size,
-                op.K,
-                int8,
-                out,
-            )
+        M, N = out.shape
+        args = (a64, qd, sa, absum, *arrays, op.zmode, wbits, op.bits, op.block_size, op.K)
+        # tiles spread over threads (a few per piece, so that a thread slowed down by other
+        # processes does less of the work); threads only for enough work
+        run_items(kernel, -(-N // _k.TILE), M * op.K * N // _MACS_PER_ELEMENT, *args, int8, out)
 
     def _run(self, a, bias, level):
         op = self._op

@@ -236,7 +236,7 @@ def _accumulate_block(A, m, k0, kend, wT, T, acc):
             acc[mo + c] = _fma(a64, _F64(wT[jj * T + c]), acc[mo + c])
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def quantize_a(A, block_size):
     """CompInt8 activation quantiser: per row and K-block of A (M, K) float32.
 
@@ -248,7 +248,7 @@ def quantize_a(A, block_size):
     qa = np.empty((M, K), np.float32)
     sa = np.empty((M, kb), np.float32)
     absum = np.empty((M, kb), np.float32)
-    for m in prange(M):
+    for m in range(M):  # little work: no threads
         for b in range(kb):
             k0 = b * block_size
             k1 = min(K, k0 + block_size)
@@ -800,14 +800,14 @@ def _tile_columns(src, n0, nt, dst, doff):
                 dst[doff + ww * TILE + c] = 0
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)
 def tile_columns(src):
     """(N, nw) array of 4-byte elements -> (ceil(N/TILE), nw, TILE) column tiles, zero-padded."""
     N, nw = src.shape
     ntiles = (N + TILE - 1) // TILE
     out = np.empty((ntiles, nw, TILE), src.dtype)
     flat = out.reshape(-1)
-    for t in prange(ntiles):
+    for t in range(ntiles):
         _tile_columns(src, t * TILE, min(TILE, N - t * TILE), flat, t * nw * TILE)
     return out
 
@@ -844,78 +844,106 @@ def _store_row(out, m, n0, nt, lo, hi, tmp):
 
 
 @numba.njit
-def _tile_int8_row(QD, sa, absum, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb):
-    """Int8 path of one row of A on a tile, the accumulator in registers.
-
-    QD holds the activation words: int32 ``QD[(b*wpb + w)*P + r]`` packs, byte j, the qa that
-    meets element ``r + j*P`` of byte j of word w of block b (``P = 8 // wbits``).  One
-    vpdpbusd per (word, r) adds the four products of each column, exactly; block terms as
-    in :func:`matmul`.  Returns the tile's float64 sums (lanes 0..7, 8..15).
-    """
-    P = 8 // wbits
-    bmask = _splat_i32(_byte_mask(wbits))
-    acc0 = _splat_f64(0.0)
-    acc1 = _splat_f64(0.0)
-    for blk in range(kb):
-        isum = _splat_i32(0)
-        for w in range(wpb):
-            x = _vload(W, wo + (blk * wpb + w) * TILE)
-            qd = (blk * wpb + w) * P
-            for r in range(P):
-                q = _vand(_vshr(x, r * wbits), bmask)
-                isum = _dpbusd(isum, q, _splat_i32(_scalar(QD, qd + r)))
-        s = _vload(S, so + blk * TILE)
-        z, _ = _block_zero_point(Z, zo, C, co, s, blk, zmode, wbits, mid)
-        zs = _vmul(_vneg(s), z)
-        xs = _vmul(_splat_f32(_scalar(sa, blk)), s)
-        bsum = _splat_f64(_scalar(absum, blk))
-        acc0 = _vadd(acc0, _vadd(_vmul(_lo_f64(xs), _lo_f64(isum)), _vmul(bsum, _lo_f64(zs))))
-        acc1 = _vadd(acc1, _vadd(_vmul(_hi_f64(xs), _hi_f64(isum)), _vmul(bsum, _hi_f64(zs))))
-    return acc0, acc1
+def _word_dot(isum, x, QD, qd, wbits, bmask):
+    """``isum`` plus, per column, the products of the elements of weight word ``x`` with the
+    activation words ``QD.flat[qd:qd + 8//wbits]``: one vpdpbusd per ``8 // wbits``
+    elements (the element bytes of each word, ``(x >> r*wbits) & bmask``)."""
+    if wbits == 4:
+        isum = _dpbusd(isum, _vand(x, bmask), _splat_i32(_scalar(QD, qd)))
+        return _dpbusd(isum, _vand(_vshr(x, 4), bmask), _splat_i32(_scalar(QD, qd + 1)))
+    if wbits == 8:
+        return _dpbusd(isum, x, _splat_i32(_scalar(QD, qd)))
+    for r in range(8 // wbits):
+        q = _vand(_vshr(x, r * wbits), bmask)
+        isum = _dpbusd(isum, q, _splat_i32(_scalar(QD, qd + r)))
+    return isum
 
 
 @numba.njit
-def _tile_int8_rows(QD, sa, absum, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb, acc, qb):
-    """Int8 path of all M rows of A on a tile; ``acc`` (M*TILE) float64 in memory.
+def _block_term(acc0, acc1, xs, isum, bsum, zs0, zs1, exact):
+    """``acc + (f64(xs) * f64(isum) + bsum * zs)`` on the lanes 0..7 (acc0, zs0) and 8..15.
 
-    Each block's weights are split into vpdpbusd operands once (``qb``), then used by every
-    row.  Same arithmetic as :func:`_tile_int8_row`.
+    Both products are exact (float32 x float32; xs x isum when ``exact``, |isum| < 2**29),
+    so the sum of the two is rounded once, by one fma when ``exact``."""
+    if exact:
+        t0 = _vfma(_lo_f64(xs), _lo_f64(isum), _vmul(bsum, zs0))
+        t1 = _vfma(_hi_f64(xs), _hi_f64(isum), _vmul(bsum, zs1))
+    else:
+        t0 = _vadd(_vmul(_lo_f64(xs), _lo_f64(isum)), _vmul(bsum, zs0))
+        t1 = _vadd(_vmul(_hi_f64(xs), _hi_f64(isum)), _vmul(bsum, zs1))
+    return _vadd(acc0, t0), _vadd(acc1, t1)
+
+
+@numba.njit
+def _tile_int8_rows(QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb):
+    """Int8 path of rows ``m .. m+R`` of A (R = 1 or 4) on a tile, accumulators in registers.
+
+    QD (M, nq) holds the activation words: int32 ``QD[m, (b*wpb + w)*P + r]`` packs, byte
+    j, the qa that meets element ``r + j*P`` of byte j of word w of block b (``P = 8 //
+    wbits``); one vpdpbusd per (word, r) adds the four products of each column, exactly.
+    Then, per block in order, the block term of :func:`matmul`.  Returns the R rows' float64
+    sums (lanes 0..7, 8..15 of each row; rows past R are zero).
     """
-    M, nq = QD.shape
-    kb_a = sa.shape[1]
+    nq = QD.shape[1]
     P = 8 // wbits
-    nwq = wpb * P
     bmask = _splat_i32(_byte_mask(wbits))
+    exact = wpb * (32 // wbits) <= 16384  # block_size: 127 * 255 * 16384 < 2**29
+    zero = _splat_f64(0.0)
+    a0 = a1 = b0 = b1 = c0 = c1 = d0 = d1 = zero
     for blk in range(kb):
+        i0 = i1 = i2 = i3 = _splat_i32(0)
         for w in range(wpb):
             x = _vload(W, wo + (blk * wpb + w) * TILE)
-            for r in range(P):
-                _vstore(qb, (w * P + r) * TILE, _vand(_vshr(x, r * wbits), bmask))
+            qd = m * nq + (blk * wpb + w) * P
+            i0 = _word_dot(i0, x, QD, qd, wbits, bmask)
+            if R == 4:  # the element bytes of x are computed once for all four rows
+                i1 = _word_dot(i1, x, QD, qd + nq, wbits, bmask)
+                i2 = _word_dot(i2, x, QD, qd + 2 * nq, wbits, bmask)
+                i3 = _word_dot(i3, x, QD, qd + 3 * nq, wbits, bmask)
         s = _vload(S, so + blk * TILE)
         z, _ = _block_zero_point(Z, zo, C, co, s, blk, zmode, wbits, mid)
         zs = _vmul(_vneg(s), z)
         zs0 = _lo_f64(zs)
         zs1 = _hi_f64(zs)
-        for m in range(M):
-            isum = _splat_i32(0)
-            qd = m * nq + blk * nwq
-            for i in range(nwq):
-                isum = _dpbusd(isum, _vload(qb, i * TILE), _splat_i32(_scalar(QD, qd + i)))
-            xs = _vmul(_splat_f32(_scalar(sa, m * kb_a + blk)), s)
-            bsum = _splat_f64(_scalar(absum, m * kb_a + blk))
-            t0 = _vadd(_vmul(_lo_f64(xs), _lo_f64(isum)), _vmul(bsum, zs0))
-            t1 = _vadd(_vmul(_hi_f64(xs), _hi_f64(isum)), _vmul(bsum, zs1))
-            _vstore(acc, m * TILE, _vadd(_vload(acc, m * TILE), t0))
-            _vstore(acc, m * TILE + 8, _vadd(_vload(acc, m * TILE + 8), t1))
+        ka = sa.shape[1]
+        o = m * ka + blk
+        xs = _vmul(_splat_f32(_scalar(sa, o)), s)
+        a0, a1 = _block_term(a0, a1, xs, i0, _splat_f64(_scalar(absum, o)), zs0, zs1, exact)
+        if R == 4:
+            xs = _vmul(_splat_f32(_scalar(sa, o + ka)), s)
+            bsum = _splat_f64(_scalar(absum, o + ka))
+            b0, b1 = _block_term(b0, b1, xs, i1, bsum, zs0, zs1, exact)
+            xs = _vmul(_splat_f32(_scalar(sa, o + 2 * ka)), s)
+            bsum = _splat_f64(_scalar(absum, o + 2 * ka))
+            c0, c1 = _block_term(c0, c1, xs, i2, bsum, zs0, zs1, exact)
+            xs = _vmul(_splat_f32(_scalar(sa, o + 3 * ka)), s)
+            bsum = _splat_f64(_scalar(absum, o + 3 * ka))
+            d0, d1 = _block_term(d0, d1, xs, i3, bsum, zs0, zs1, exact)
+    return a0, a1, b0, b1, c0, c1, d0, d1
 
 
 @numba.njit
-def _tile_float_row(A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb):
-    """Float path of one row of A on a tile: unpack, dequantise and accumulate in one pass,
+def _fma_element(acc0, acc1, x, shift, qmask, z, s, c, has_c, a):
+    """Dequantise the element at ``shift`` of each column's word ``x`` and add its product
+    with ``a`` (float64, broadcast): ``acc += a * f64(f32(f32(q - z) * s) + c)``, fused.
+
+    Without float zero points (``has_c`` False) c is +0.0 and not added: that only turns a
+    product -0.0 into +0.0, and an accumulator that starts at +0.0 never becomes -0.0, so
+    ``acc + a*(-0.0)`` and ``acc + a*(+0.0)`` are the same (and NaN for infinite a)."""
+    wv = _vmul(_vsub(_to_f32(_vand(_vshr(x, shift), qmask)), z), s)
+    if has_c:
+        wv = _vadd(wv, c)
+    return _vfma(a, _lo_f64(wv), acc0), _vfma(a, _hi_f64(wv), acc1)
+
+
+@numba.njit
+def _tile_float_row(A64, m, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb):
+    """Float path of row m of A on a tile: unpack, dequantise and accumulate in one pass,
     the accumulator in registers.  ``acc += f64(a) * f64(w)`` fused (exact products), k
     ascending.  Returns the tile's float64 sums (lanes 0..7, 8..15)."""
     epw = 32 // wbits
     qmask = _splat_i32((1 << wbits) - 1)
+    has_c = zmode == ZP_FLOAT
     acc0 = _splat_f64(0.0)
     acc1 = _splat_f64(0.0)
     for blk in range(kb):
@@ -928,12 +956,16 @@ def _tile_float_row(A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, k
             if j0 >= kend:
                 break
             x = _vload(W, wo + (blk * wpb + w) * TILE)
-            for e in range(min(epw, kend - j0)):
-                q = _to_f32(_vand(_vshr(x, e * wbits), qmask))
-                wv = _vadd(_vmul(_vsub(q, z), s), c)
-                a = _splat_f64(_scalar(A64, k0 + j0 + e))
-                acc0 = _vfma(a, _lo_f64(wv), acc0)
-                acc1 = _vfma(a, _hi_f64(wv), acc1)
+            ka = m * K + k0 + j0
+            if wbits == 4 and j0 + 8 <= kend:  # unrolled: constant shifts
+                for e in range(8):
+                    a = _splat_f64(_scalar(A64, ka + e))
+                    acc0, acc1 = _fma_element(acc0, acc1, x, 4 * e, qmask, z, s, c, has_c, a)
+            else:
+                for e in range(min(epw, kend - j0)):
+                    a = _splat_f64(_scalar(A64, ka + e))
+                    sh = e * wbits
+                    acc0, acc1 = _fma_element(acc0, acc1, x, sh, qmask, z, s, c, has_c, a)
     return acc0, acc1
 
 
@@ -948,6 +980,7 @@ def _tile_float_rows(A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, 
     M = A64.shape[0]
     epw = 32 // wbits
     qmask = _splat_i32((1 << wbits) - 1)
+    has_c = zmode == ZP_FLOAT
     for blk in range(kb):
         k0 = blk * bs
         kend = min(bs, K - k0)
@@ -960,7 +993,9 @@ def _tile_float_rows(A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, 
             x = _vload(W, wo + (blk * wpb + w) * TILE)
             for e in range(min(epw, kend - j0)):
                 q = _to_f32(_vand(_vshr(x, e * wbits), qmask))
-                wv = _vadd(_vmul(_vsub(q, z), s), c)
+                wv = _vmul(_vsub(q, z), s)
+                if has_c:  # else c = +0.0, not added (see _fma_element)
+                    wv = _vadd(wv, c)
                 _vstore(wb, (j0 + e) * TILE, _lo_f64(wv))
                 _vstore(wb, (j0 + e) * TILE + 8, _hi_f64(wv))
         m = 0
@@ -1013,44 +1048,49 @@ def _tile_float_rows(A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, 
 
 
 @numba.njit
-def _tile(
-    A64, QD, sa, absum, W, wo, S, so, Z, zo, C, co, zmode, wbits, bits, bs, K, int8, out, n0, nt
-):
-    """One tile of output columns ``n0 .. n0+nt`` for all rows: the path's tile function."""
+def _tile(A64, QD, sa, absum, tile, offsets, zmode, wbits, bits, bs, K, int8, out, n0, nt):
+    """Output columns ``n0 .. n0+nt`` for all rows, from one tile (W, S, Z, C) whose data
+    start at ``offsets`` (flat element offsets into the four arrays)."""
+    W, S, Z, C = tile
+    wo, so, zo, co = offsets
     M = out.shape[0]
     kb = (K + bs - 1) // bs
     wpb = bs * wbits // 32
     mid = _F32(1 << (bits - 1))
     tmp = np.empty(TILE, np.float64)
-    if M == 1:
-        if int8:
-            lo, hi = _tile_int8_row(
-                QD, sa, absum, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb
-            )
-        else:
-            lo, hi = _tile_float_row(
-                A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb
-            )
-        _store_row(out, 0, n0, nt, lo, hi, tmp)
-        return
-    acc = np.zeros(M * TILE, np.float64)
     if int8:
-        qb = np.empty(wpb * (8 // wbits) * TILE, np.int32)
-        _tile_int8_rows(
-            QD, sa, absum, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb, acc, qb
+        m = 0
+        while m < M:
+            R = 4 if m + 4 <= M else 1
+            r = _tile_int8_rows(
+                QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb
+            )
+            for i in range(R):
+                _store_row(out, m + i, n0, nt, r[2 * i], r[2 * i + 1], tmp)
+            m += R
+    elif M == 1:
+        lo, hi = _tile_float_row(
+            A64, 0, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb
         )
+        _store_row(out, 0, n0, nt, lo, hi, tmp)
     else:
+        acc = np.zeros(M * TILE, np.float64)
         wb = np.empty(bs * TILE, np.float64)
         _tile_float_rows(
             A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb, acc, wb
         )
-    for m in range(M):
-        _store_row(out, m, n0, nt, _vload(acc, m * TILE), _vload(acc, m * TILE + 8), tmp)
+        for m in range(M):
+            _store_row(out, m, n0, nt, _vload(acc, m * TILE), _vload(acc, m * TILE + 8), tmp)
 
 
-@numba.njit(cache=True, parallel=True)
-def matmul_packed(A64, QD, sa, absum, B, S, Z, C, zmode, wbits, bits, block_size, K, int8, out):
-    """Both MatMulNBits paths (no g_idx; bits 2, 4, 8) straight from the operator's layout.
+# The two kernels compute tiles [t0, t1) of the output columns, with the GIL released;
+# :func:`.quant_kernels.run_items` spreads the tiles over threads.
+
+
+@numba.njit(cache=True, nogil=True)
+def matmul_packed(t0, t1, A64, QD, sa, absum, B, S, Z, C, zmode, wbits, bits, bs, K, int8, out):
+    """Both MatMulNBits paths (no g_idx; bits 2, 4, 8) straight from the operator's layout,
+    for the output columns of tiles ``[t0, t1)`` (TILE columns each).
 
     B (N, nw) uint32: each column's packed blocks as 32-bit words (B's bytes); S (N, k_blocks)
     float32 scales; Z (N, nz) uint32 packed zero points as words (ZP_PACKED, else (N, 0));
@@ -1060,90 +1100,44 @@ def matmul_packed(A64, QD, sa, absum, B, S, Z, C, zmode, wbits, bits, block_size
     ascending of f64(A[m, k]) * f64(w)), w = f32(f32(q - z) * s) + c (see
     :func:`_block_zero_point`), each product added with one rounding (fma of exact products).
 
-    Int8 path (``int8`` True, finite A, integer zero points, block_size <= 65536): QD the
-    activation words of :func:`_tile_int8_row` (M, nw*8/wbits) int32; sa, absum (M,
-    k_blocks) from :func:`quantize_a`; for each block b, ascending,
+    Int8 path (``int8`` True, finite A, integer zero points, bs <= 65536): QD the activation
+    words of :func:`_tile_int8_row` (M, nw*8/wbits) int32; sa, absum (M, k_blocks) from
+    :func:`quantize_a`; for each block b, ascending,
     acc += f64(f32(sa*s)) * isum + f64(absum) * f64(f32(-s*z)), isum = sum(qa*q) exact
     int32; out = f32(acc).  Bit for bit what :func:`matmul` computes.
 
-    Columns in parallel tiles of TILE, each laid out on the fly as :func:`tile_columns`
-    does; the order per output does not depend on tiling or threads.
+    Each tile is laid out as :func:`tile_columns` does, one at a time (in-register
+    transposes), then computed; the order per output does not depend on tiling or threads.
     """
     N, nw = B.shape
-    kb = S.shape[1]
-    nz = Z.shape[1]
-    ncz = C.shape[1]
-    for t in prange((N + TILE - 1) // TILE):
+    W = np.empty(nw * TILE, np.uint32)
+    St = np.empty(S.shape[1] * TILE, np.float32)
+    Zt = np.empty(Z.shape[1] * TILE, np.uint32)
+    Ct = np.empty(C.shape[1] * TILE, np.float32)
+    for t in range(t0, t1):
         n0 = t * TILE
         nt = min(TILE, N - n0)
-        W = np.empty(nw * TILE, np.uint32)
-        St = np.empty(kb * TILE, np.float32)
-        Zt = np.empty(nz * TILE, np.uint32)
-        Ct = np.empty(ncz * TILE, np.float32)
         _tile_columns(B, n0, nt, W, 0)
         _tile_columns(S, n0, nt, St, 0)
         _tile_columns(Z, n0, nt, Zt, 0)
         _tile_columns(C, n0, nt, Ct, 0)
-        _tile(
-            A64,
-            QD,
-            sa,
-            absum,
-            W,
-            0,
-            St,
-            0,
-            Zt,
-            0,
-            Ct,
-            0,
-            zmode,
-            wbits,
-            bits,
-            block_size,
-            K,
-            int8,
-            out,
-            n0,
-            nt,
-        )
+        tile = (W, St, Zt, Ct)
+        _tile(A64, QD, sa, absum, tile, (0, 0, 0, 0), zmode, wbits, bits, bs, K, int8, out, n0, nt)
 
 
-@numba.njit(cache=True, parallel=True)
-def matmul_tiles(A64, QD, sa, absum, W, S, Z, C, zmode, wbits, bits, block_size, K, int8, out):
+@numba.njit(cache=True, nogil=True)
+def matmul_tiles(t0, t1, A64, QD, sa, absum, W, S, Z, C, zmode, wbits, bits, bs, K, int8, out):
     """:func:`matmul_packed` on prepared column tiles (:func:`tile_columns` of its B, S, Z,
     C: (ntiles, nw, TILE) and so on), bit for bit the same."""
-    ntiles, nw, _ = W.shape
-    kb = S.shape[1]
-    nz = Z.shape[1]
-    ncz = C.shape[1]
     N = out.shape[1]
-    Wf = W.reshape(-1)
-    Sf = S.reshape(-1)
-    Zf = Z.reshape(-1)
-    Cf = C.reshape(-1)
-    for t in prange(ntiles):
+    tile = (W.reshape(-1), S.reshape(-1), Z.reshape(-1), C.reshape(-1))
+    for t in range(t0, t1):
         n0 = t * TILE
-        _tile(
-            A64,
-            QD,
-            sa,
-            absum,
-            Wf,
-            t * nw * TILE,
-            Sf,
-            t * kb * TILE,
-            Zf,
-            t * nz * TILE,
-            Cf,
-            t * ncz * TILE,
-            zmode,
-            wbits,
-            bits,
-            block_size,
-            K,
-            int8,
-            out,
-            n0,
-            min(TILE, N - n0),
+        offsets = (
+            t * W.shape[1] * TILE,
+            t * S.shape[1] * TILE,
+            t * Z.shape[1] * TILE,
+            t * C.shape[1] * TILE,
         )
+        nt = min(TILE, N - n0)
+        _tile(A64, QD, sa, absum, tile, offsets, zmode, wbits, bits, bs, K, int8, out, n0, nt)

@@ -415,7 +415,10 @@ def run_items(kernel, n_items: int, n_elements: int, *args) -> None:
     futures = [_thread_pool(n_threads - 1).submit(work) for _ in range(n_threads - 1)]
     work()
     for future in futures:
-        future.result()
+        # a helper thread that has not started yet (its core busy elsewhere) is not waited
+        # for: the items are all done, and cancelling keeps it from starting late
+        if not future.cancel():
+            future.result()
 
 
 # --- output buffers --------------------------------------------------------------------------

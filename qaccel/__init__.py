@@ -1,7 +1,8 @@
 """qaccel: a quantisation and low-bit matmul accelerator, its golden model and its tests.
 
-The golden model (``qaccel.model``) is re-exported here.  Attributes load lazily, so
-``import qaccel`` neither imports Numba nor compiles anything.
+The golden model (``qaccel.model``) is re-exported here, and :class:`~qaccel.engine.RTL`, the
+same API answered by simulating the generated Verilog.  Attributes load lazily, so
+``import qaccel`` neither imports Numba or Amaranth nor compiles anything.
 
 >>> import numpy as np, qaccel
 >>> qaccel.quantize_linear(np.float32([1.5, -2.5]), np.float32(1.0), np.int8(0))
@@ -20,6 +21,7 @@ _EXPORTS = {
     "dml_quantize_linear": "qaccel.model.dml",
     "matmul_nbits": "qaccel.model.nbits",
     "quantize_weights_nbits": "qaccel.model.nbits",
+    "RTL": "qaccel.engine",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -53,9 +53,8 @@ class FloatAdd(wiring.Component):
     ``s.sig = floor(|a ± b| / 2**(s.exp - out_width + 1))`` and ``sticky`` = (remainder != 0),
     however far apart the exponents are (a much smaller operand only sets ``sticky``).
     :class:`~qaccel.rtl.float_round.FloatRound` with ``sig_width = out_width`` then rounds
-    ``s`` correctly to every format of at most ``out_width - 1`` significant bits; with
-    ``out_width >= max(a_width, b_width) + 1`` and operands whose exponents differ by at most
-    one, ``s`` is exact.
+    ``s`` correctly to every format of at most ``out_width - 1`` significant bits (``s`` is
+    exact, ``sticky = 0``, whenever the sum fits ``out_width`` bits).
 
     Exponent range: ``s.exp`` lies between ``min(a.exp - a_width, b.exp - b_width) + 1``
     (after cancellation) and ``max(a.exp, b.exp) + 1`` (carry), so it fits
@@ -67,12 +66,12 @@ class FloatAdd(wiring.Component):
     Special values, as IEEE 754 in round to nearest and x86-64 SSE (NumPy on this machine) give
     them: an exact cancellation gives +0, except that ``(-0) + (-0)`` and ``(-0) - (+0)`` give
     -0 (a zero plus a zero is -0 only when both are -0 after applying ``sub``); a zero plus a
-    finite ``x`` gives ``x``; ``inf - inf`` (infinities of opposite effective signs) gives
-    x86's default NaN, which is negative; otherwise an infinity wins, with its effective sign.
-    A NaN operand gives a NaN with that operand's sign (``a``'s if both are NaN); ``sub`` does
-    not flip a NaN's sign, as x86's ``subss`` does not. An input class ``SUBNORMAL`` counts as
-    ``NORMAL``. On the output, finite non-zero results are ``NORMAL``, and ``exp``, ``sig`` and
-    ``sticky`` are 0 for ``ZERO``, ``INF`` and ``NAN``.
+    finite ``x`` gives ``x`` (truncated by the rule above); ``inf - inf`` (infinities of
+    opposite effective signs) gives x86's default NaN, which is negative; otherwise an infinity
+    wins, with its effective sign. A NaN operand gives a NaN with that operand's sign (``a``'s
+    if both are NaN); ``sub`` does not flip a NaN's sign, as x86's ``subss`` does not. An input
+    class ``SUBNORMAL`` counts as ``NORMAL``. On the output, finite non-zero results are
+    ``NORMAL``, and ``exp``, ``sig`` and ``sticky`` are 0 for ``ZERO``, ``INF`` and ``NAN``.
 
     Latency is ``latency`` cycles (0: combinational, no clock): operands applied in cycle *n*
     give their sum on ``s`` in cycle *n + latency*. Throughput is one sum per cycle. There is

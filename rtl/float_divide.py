@@ -176,7 +176,7 @@ class FloatDivide(wiring.Component):
                 diff = Signal(signed(f + 3), name=f"diff{digit}")
                 m.d.comb += diff.eq(part - div)
                 bit = ~diff[-1]
-                nxt = Signal(f + 1, name=f"rem{digit}_")
+                nxt = Signal(f + 1, name=f"rem{digit}_{digit + 1}")
                 m.d.comb += nxt.eq(Mux(bit, diff[:f + 1], part[:f + 1]))
                 rem, quo = nxt, Cat(bit, quo)
                 digit += 1
@@ -201,5 +201,7 @@ class FloatDivide(wiring.Component):
                 out.sticky.eq((rem != 0) | (top & quo[0])),
                 out.exp.eq(ediff - 1 + top),
             ]
-        m.d.sync += self.q.eq(out)
+        q = Signal(self.q.shape(), name="q_reg", reset_less=True)
+        m.d.sync += q.eq(out)
+        m.d.comb += self.q.eq(q)
         return m

@@ -156,7 +156,7 @@ class FloatMul(wiring.Component):
         sign = Signal()
         m.d.comb += sign.eq(a.sign ^ b.sign)
         with m.If(a_nan | b_nan):
-            m.d.comb += [cls.eq(FloatClass.NAN), sign.eq(Mux(b_nan, b.sign, a.sign))]
+            m.d.comb += [cls.eq(FloatClass.NAN), sign.eq(Mux(a_nan, a.sign, b.sign))]
         with m.Elif((a_inf & b_zero) | (a_zero & b_inf)):
             m.d.comb += [cls.eq(FloatClass.NAN), sign.eq(1)]          # x86 default NaN
         with m.Elif(a_inf | b_inf):

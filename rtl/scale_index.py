@@ -110,36 +110,41 @@ class ScaleIndex(wiring.Component):
     The configuration inputs (``size``, ``stride``, ``block``, ``count``) are registers: they
     may change up to the cycle of ``start`` and must then hold until the job ends. Unused
     dimensions have size 1, stride 0, block 1 and may sit anywhere. Sizes and blocks are at
-    least 1; the outermost dimension's size is not used, as that dimension never wraps
-    (``count`` bounds it, so it may be longer than ``size_width`` allows); elements at
-    ``prod(size) `` and beyond, if ``count`` asks for them, continue along it.
+    least 1. The outermost dimension never wraps (``count`` bounds it), so its size is not
+    used and it may be longer than ``size_width`` allows; were ``count`` larger than the
+    tensor, it would just continue.
 
     ``start`` (a one-cycle strobe) starts a job from element 0, and aborts a running one: the
     beat offered on ``o`` is withdrawn (one transferred in the cycle of ``start`` belongs to
     the old job). A ``start`` in cycle *n* offers the first beat in cycle *n + 3*
-    (:attr:`latency`: the configuration is registered, the lanes are set, the beat is
-    registered). After that, one beat per cycle while ``o.ready`` is high; a beat is held
+    (:attr:`latency`: the configuration tables are registered, the lanes are set up, the beat
+    is registered). After that, one beat per cycle while ``o.ready`` is high; a beat is held
     until it is transferred. The beat holding element ``count - 1`` has ``last`` set; in it,
     ``index[k]`` for elements ``count`` and beyond are unspecified. ``count = 0`` emits
-    nothing.
+    nothing. There are two stages: the lane state holds the next beat, which is summed into
+    the output register when that is empty or being transferred; only then do the lanes
+    advance. ``o.ready`` thus reaches the lane registers' enables combinationally.
 
-    Mechanism. Each lane ``k`` holds the state of its element (``k`` after the first beat's
-    set-up, then ``lanes`` more per transfer): per dimension the coordinate, the position in
-    the block, and the contribution ``c_d = stride[d] * (i_d // block[d])``; the index is the
-    sum of the ``c_d``. Coordinates and block positions are kept as their distance to the
-    end of the row or block (``size - 1 - i``, ``block - 1 - r``), so that the wrap test for a
-    carry ``c <= lanes`` compares a few low bits only. A digit of radix ``R`` advances by a
-    carry ``c`` in ``[0, lanes]``: for ``R >= lanes`` at most once around (carry out 0 or 1);
-    for ``R < lanes`` by a small division of a value below ``2 * lanes`` (conditional
-    subtractions). The innermost dimension advances by ``lanes`` (by ``k`` from the zero state
-    at set-up, the same logic); its carry out advances the next one. The block position
-    advances by the same carry, its carry ``delta`` adds ``stride * delta`` to ``c_d``. A
-    dimension that wraps restarts at a new coordinate ``x < lanes`` whose block position and
-    contribution come from per-dimension tables over ``x`` (``x // block`` by the same
-    division). ``stride * k`` for ``k <= lanes`` is a shift-and-add table. The tables are
-    registered from the configuration and shared by the lanes: no multiplier; the path
-    between dimensions carries only ``lanes.bit_length()``-bit values. For ``lanes == 1`` only
-    the single-wrap logic is built.
+    Mechanism. Lane ``k`` holds the state of element ``k``, then ``k + lanes``, ... (a lane
+    advances by ``lanes`` elements per beat): per dimension its coordinate ``i_d``, its
+    position ``r_d`` in its block and its contribution ``c_d = stride[d] * (i_d //
+    block[d])``; the index is the sum of the ``c_d``. The block number itself is not kept,
+    ``c_d`` stands for it, and the outermost dimension keeps no coordinate. Coordinates and
+    block positions are held as their distance to the end of the row or block (``size - 1 -
+    i_d``, ``block - 1 - r_d``), so that the wrap test for a carry in ``[0, lanes]`` looks at
+    a few low bits only. A digit of radix ``R`` advances by such a carry: for ``R >= lanes``
+    it wraps at most once (carry out 0 or 1); for ``R < lanes`` (only when ``lanes > 1``) by
+    a small division of a value below ``2 * lanes`` (``lanes.bit_length()`` conditional
+    subtractions); both are built and ``R < lanes`` chooses, except that ``lanes == 1``
+    builds the first only. The innermost dimension advances by ``lanes``, each dimension's
+    carry out advances the next one; at set-up lane ``k`` advances the zero state by ``k``
+    with the same logic. The block position advances by the same carry as its coordinate,
+    and its carry ``delta`` adds ``stride * delta`` to ``c_d``. A dimension that wraps
+    restarts at a coordinate ``x < lanes``; its block position and contribution (``stride *
+    (x // block)``) come from per-dimension tables over ``x``. These tables and ``stride * k``
+    for ``k <= lanes`` (shift and add) are registered from the configuration and shared by
+    the lanes: there is no multiplier, and the carries between dimensions, the only serial
+    path, are ``lanes.bit_length()`` bits wide.
 
     Parameters
     ----------

@@ -23,10 +23,12 @@ from amaranth.lib import data
 from qaccel.model.dml import dml_quantize_linear
 from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, dtype_name
 from qaccel.model.indexing import ScaleLayout, broadcast_layout, scale_layout
-from qaccel.model.quant import division_dtype, quantize_linear
+from qaccel.model.quant import dequantize_linear, division_dtype, quantize_linear
+from qaccel.rtl.dequantize_lane import dq_scales
 from qaccel.rtl.elementwise import Elementwise
 
-__all__ = ["Job", "codes_of", "dml_job", "pack", "quantize_job", "unpack_output"]
+__all__ = ["Job", "codes_of", "dequantize_job", "dml_job", "pack", "quantize_job",
+           "unpack_output"]
 
 
 @dataclass
@@ -168,6 +170,31 @@ def dml_job(unit: Elementwise, input, scale, zero_point=None, *, output_dtype=np
     }
     return _finish(unit, label or f"DML {dtype_name(x.dtype)} -> {out}", lane_regs, layout,
                    codes_of(scale_b), zp, x, want, {"op": "dml", "layout": layout.kind})
+
+
+def dequantize_job(unit: Elementwise, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
+                   output_dtype=None, label: str = "") -> Job:
+    """A DequantizeLinear call as a :class:`Job` for a :class:`~qaccel.rtl.dequantize.
+    Dequantize`."""
+    c = unit.config
+    x, x_scale = np.asarray(x), np.asarray(x_scale)
+    want = dequantize_linear(x, x_scale, x_zero_point, axis=axis, block_size=block_size,
+                             output_dtype=output_dtype)
+    layout = scale_layout(x.shape, x_scale.shape, axis, block_size, param="x_scale")
+    x_name = _type_name(x.dtype)
+    use_zp = x_zero_point is not None and QTYPES[x_name].is_int
+    lane_regs = {
+        "x_fmt": c.dq_inputs.index(x_name),
+        "s_fmt": dq_scales(c).index(dtype_name(x_scale.dtype)),
+        "out_fmt": c.dq_outputs.index(dtype_name(want.dtype)),
+        "use_zp": int(use_zp),
+        "wide": int(use_zp and x_name == "int32"),
+    }
+    zp = (codes_of(np.broadcast_to(np.asarray(x_zero_point), x_scale.shape)) if use_zp
+          else np.zeros(x_scale.size, np.int64))
+    return _finish(unit, label or f"DQ {x_name} -> {dtype_name(want.dtype)} {layout.kind}",
+                   lane_regs, layout, codes_of(x_scale), zp, x, want,
+                   {"op": "dequantize", "layout": layout.kind})
 
 
 def unpack_output(job: Job, beats: list[int], width: int, lanes: int) -> np.ndarray:

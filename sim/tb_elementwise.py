@@ -7,12 +7,21 @@ Parameters (``qaccel.sim.tbconfig.params()``): ``jobs_file`` (JSON list of
 cycles), ``seed``, ``reset_after`` (beats into the first job at which test_reset_mid_stream
 resets). Every output beat is checked in order against the job's expected beats (the golden
 model's answer); each test records its beats, cycles and seconds.
+
+Capture mode (``test_jobs`` with ``capture_file`` set; :func:`qaccel.sim.elementwise_sim.
+capture_elementwise`): a job whose expected beats are absent (``y == []``) is run without a
+check, one ``y`` beat expected per ``x`` beat, and the received ``y`` beats of every job (with
+``last``) and its cycle counts go to ``capture_file`` as JSON ``{"beats": [[int, ...], ...],
+"stats": [{"beats", "cycles", "load_cycles", "min_latency", "max_latency"}, ...]}``.
+``progress_file`` (optional) is rewritten with ``{"jobs": done, "beats": done}`` every
+:data:`PROGRESS_BEATS` output beats and after each job.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import time
 
@@ -38,7 +47,16 @@ from qaccel.sim.tb import reset, start_clock
 log = logging.getLogger("cocotb.qaccel.tb_elementwise")
 
 DEFAULTS = {"idle": 0.3, "backpressure": 0.3, "max_burst": 4, "watchdog": 2000, "seed": None,
-            "reset_after": 20}
+            "reset_after": 20, "capture_file": None, "progress_file": None}
+#: Output beats between two updates of ``progress_file``.
+PROGRESS_BEATS = 2048
+
+
+def _write_json(path: str, value) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(value, f)
+    os.replace(tmp, path)
 
 
 class ElementwiseTB:
@@ -52,26 +70,54 @@ class ElementwiseTB:
         self.driver = StreamDriver(self.x, pauses=idle)
         self.sink = StreamSink(self.y, pauses=backpressure)
         self.checker = InOrderChecker("y")
-        self.expected: list[int] = []     # the current job's output beats, in order
+        self.expected: list[int] | None = []   # the current job's output beats (None: capture)
         self.masks: list[int] = []
         self.sent = 0
+        self.received: list[int] = []           # the current job's y beats, as received
+        self.x_cycles: list[int] = []           # capture: the cycle of each x transfer
+        self.latency: list[int] = []            # capture: [min, max] x -> y cycles
+        self.jobs_done = 0
         self.x_mon = StreamMonitor(self.x, self._on_x)
         self.y_mon = StreamMonitor(self.y, self._on_y)
         self.watchdog = Watchdog(watchdog or params["watchdog"],
-                                 (self.y_mon, lambda: self.checker.pending),
+                                 (self.y_mon, self._y_pending),
                                  (self.x_mon, lambda: self.driver.pending))
         self.loop = CycleLoop(dut.clk, self.driver, self.sink, self.x_mon, self.y_mon,
                               self.watchdog)
         self._job_base = 0                 # y beats of earlier jobs
 
+    def _y_pending(self) -> int:
+        if self.expected is None:
+            return self.sent - len(self.received)
+        return self.checker.pending
+
     def _on_x(self, payload: int, cycle: int) -> None:
         k = self.sent
         self.sent += 1
-        self.checker.add_expected(self.expected[k], cycle, tag=f"x beat {k} = {payload:#x}")
+        if self.expected is None:
+            self.x_cycles.append(cycle)
+        else:
+            self.checker.add_expected(self.expected[k], cycle, tag=f"x beat {k} = {payload:#x}")
 
     def _on_y(self, payload: int, cycle: int) -> None:
-        k = self.checker.matched - self._job_base
-        self.checker.add_actual(payload & self.masks[k], cycle)
+        self.received.append(payload)
+        if self.expected is None:
+            k = len(self.received) - 1
+            assert k < len(self.x_cycles), (
+                f"y: beat {k} at cycle {cycle} before its x beat (spurious or duplicated beat)")
+            lat = cycle - self.x_cycles[k]
+            self.latency = [min(self.latency[0], lat), max(self.latency[1], lat)] \
+                if self.latency else [lat, lat]
+        else:
+            k = self.checker.matched - self._job_base
+            self.checker.add_actual(payload & self.masks[k], cycle)
+        if self.params["progress_file"] and self.y_mon.count % PROGRESS_BEATS == 0:
+            self.write_progress()
+
+    def write_progress(self) -> None:
+        """Rewrite ``progress_file`` with the jobs and output beats done so far."""
+        _write_json(self.params["progress_file"], {"jobs": self.jobs_done,
+                                                   "beats": self.y_mon.count})
 
     async def start(self) -> None:
         dut = self.dut
@@ -102,24 +148,33 @@ class ElementwiseTB:
         await FallingEdge(dut.clk)
         dut.start.value = 0
 
-    async def run_job(self, job: dict) -> dict:
-        """Run one job to completion: every y beat checked; then wait until idle."""
+    async def run_job(self, job: dict, *, capture: bool = False) -> dict:
+        """Run one job to completion, then wait until idle: every y beat checked against
+        ``job["y"]``, or with ``capture`` and no expected beats, one y beat received per x
+        beat (``received``, ``min_latency`` and ``max_latency`` in the result)."""
         await self.load(job)
-        n = len(job["y"])
-        self.expected = job["y"]
+        self.expected = None if capture and not job["y"] else job["y"]
+        n = len(job["x"]) if self.expected is None else len(job["y"])
         self.masks = [(1 << len(self.y.payload)) - 1] * (n - 1) + [job["ymask"]] if n else []
         self._job_base = self.checker.matched
         self.sent = 0
+        self.received, self.x_cycles, self.latency = [], [], []
         self.driver.send(job["x"])
         t0 = time.perf_counter()
-        cycles = await self.loop.run(until=lambda: self.checker.matched - self._job_base >= n
+        cycles = await self.loop.run(until=lambda: len(self.received) >= n
                                      and self.driver.pending == 0,
                                      max_cycles=200 * (n + 200))
         cycles += await self.loop.run(until=lambda: not int(self.dut.busy.value),
                                       max_cycles=1000)
         self.checker.check_done()
         assert self.sent == len(job["x"]), f"{self.sent} x beats accepted, sent {len(job['x'])}"
-        return {"beats": n, "cycles": cycles, "seconds": time.perf_counter() - t0}
+        assert len(self.received) == n, f"{len(self.received)} y beats received, expected {n}"
+        self.jobs_done += 1
+        result = {"beats": n, "cycles": cycles, "load_cycles": len(job["table"]) + 1,
+                  "seconds": time.perf_counter() - t0, "received": self.received}
+        if self.expected is None:
+            result["min_latency"], result["max_latency"] = self.latency
+        return result
 
 
 def _params() -> tuple[dict, random.Random, list[dict]]:
@@ -138,24 +193,35 @@ def _pauses(params, rng, key):
 
 @cocotb.test()
 async def test_jobs(dut):
-    """Every job back to back, random idle cycles on x and back-pressure on y."""
+    """Every job back to back, random idle cycles on x and back-pressure on y (capture mode
+    with ``capture_file``: see the module notes)."""
     params, rng, jobs = _params()
     tb = ElementwiseTB(dut, params, idle=_pauses(params, rng, "idle"),
                        backpressure=_pauses(params, rng, "backpressure"))
     await tb.start()
+    capture = bool(params["capture_file"])
     beats = cycles = 0
     seconds = 0.0
-    per_job = []
+    per_job, captured, stats = [], [], []
     for job in jobs:
-        r = await tb.run_job(job)
+        r = await tb.run_job(job, capture=capture)
         beats += r["beats"]
         cycles += r["cycles"]
         seconds += r["seconds"]
         per_job.append([job["label"], r["beats"]])
+        if capture:
+            captured.append(r["received"])
+            stats.append({k: r.get(k) for k in ("beats", "cycles", "load_cycles",
+                                                "min_latency", "max_latency")})
+        if params["progress_file"]:
+            tb.write_progress()
+    if capture:
+        _write_json(params["capture_file"], {"beats": captured, "stats": stats})
     assert tb.x_mon.count == sum(len(j["x"]) for j in jobs)
     assert tb.y_mon.count == beats, f"{tb.y_mon.count} y beats seen, {beats} expected"
     tbconfig.record("test_jobs", jobs=len(jobs), beats=beats, cycles=cycles,
-                    seconds=round(seconds, 4), beats_per_second=round(beats / seconds, 1),
+                    seconds=round(seconds, 4),
+                    beats_per_second=round(beats / seconds, 1) if seconds else 0.0,
                     min_latency=tb.checker.min_latency, max_latency=tb.checker.max_latency,
                     seed=params["seed"])
 

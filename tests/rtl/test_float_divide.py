@@ -39,9 +39,9 @@ F = FORMATS
 FIELDS = ("cls", "sign", "exp", "sig", "sticky")
 
 #: key -> (FloatDivide parameters, target format). float16 gets the narrowest quotient that
-#: rounds correctly (p + 1 bits), the others the accelerator's p + 2. "ab" and "ba" mix
-#: operand widths and have quotients narrower than the dividend (float32 / float16 to float16,
-#: bfloat16 / float32 to bfloat16, one stage).
+#: rounds correctly (p + 1 bits), the others the accelerator's p + 2. "ab" (float32 / float16
+#: to float16, a quotient narrower than the dividend) and "ba" (bfloat16 / float32 to bfloat16,
+#: a single stage) mix operand widths.
 UNITS = {
     "f16": (dict(a_width=11, b_width=11, q_width=12, exp_width=6, bits_per_stage=1), "float16"),
     "bf16": (dict(a_width=8, b_width=8, q_width=10, exp_width=9, bits_per_stage=3), "bfloat16"),
@@ -54,35 +54,39 @@ UNITS = {
 
 class DivideRound(wiring.Component):
     """Test-only chain: a FloatDivide, then a FloatRound (latency 1) to one format. ``q`` is
-    the raw quotient, delayed to come out with its rounding ``code``."""
+    the raw quotient, delayed to come out with its rounding ``code``; both are delayed further
+    to a total latency ``latency``, so that the units of the bank can run side by side."""
 
-    def __init__(self, fmt: str, **params):
+    def __init__(self, fmt: str, latency: int, **params):
         self.div = FloatDivide(**params)
+        self.latency = latency
         self.fmt = F[fmt]
         self.rnd = FloatRound((fmt,), sig_width=self.div.q_width, latency=1,
                               exp_width=max(self.div.exp_width + 2, min_exp_width((self.fmt,))))
         super().__init__({"a": In(self.div.a.shape()), "b": In(self.div.b.shape()),
                           "code": Out(unsigned(self.fmt.bits)), "q": Out(self.div.q.shape())})
 
-    @property
-    def latency(self) -> int:
-        return self.div.latency + self.rnd.latency
-
     def elaborate(self, platform):
         m = Module()
         m.submodules.div, m.submodules.rnd = self.div, self.rnd
         q = self.div.q
-        m.d.comb += [self.div.a.eq(self.a), self.div.b.eq(self.b), self.code.eq(self.rnd.code)]
+        m.d.comb += [self.div.a.eq(self.a), self.div.b.eq(self.b)]
         m.d.comb += [getattr(self.rnd.i, name).eq(getattr(q, name)) for name in FIELDS]
-        delayed = Signal.like(q.as_value())
-        m.d.sync += delayed.eq(q.as_value())
-        m.d.comb += self.q.as_value().eq(delayed)
+        code, raw = self.rnd.code, Signal.like(q.as_value())
+        m.d.sync += raw.eq(q.as_value())
+        assert self.latency >= self.div.latency + self.rnd.latency
+        for _ in range(self.latency - self.div.latency - self.rnd.latency):
+            code_d, raw_d = Signal.like(code), Signal.like(raw)
+            m.d.sync += [code_d.eq(code), raw_d.eq(raw)]
+            code, raw = code_d, raw_d
+        m.d.comb += [self.code.eq(code), self.q.as_value().eq(raw)]
         return m
 
 
 @pytest.fixture(scope="module")
 def bank() -> tuple[VectorSim, dict[str, DivideRound]]:
-    units = {key: DivideRound(fmt, **params) for key, (params, fmt) in UNITS.items()}
+    latency = max(FloatDivide(**params).latency for params, _ in UNITS.values()) + 1
+    units = {key: DivideRound(fmt, latency, **params) for key, (params, fmt) in UNITS.items()}
     return VectorSim(ComponentBank(units), name="float_divide_bank"), units
 
 
@@ -149,34 +153,41 @@ def check_fraction(wa, wb, q, aw: int, bw: int, qw: int, n: int, seed: int) -> i
     return pick.size
 
 
-def run_and_check(bank, key: str, wa: dict, wb: dict, want: np.ndarray, bits=None) -> dict:
-    """Run the chain ``key`` (on ``bits``, the joined ``wa`` and ``wb``, if given); compare
-    ``code`` with ``want`` (NaN by NaN-ness and sign) and the raw quotient with
-    :func:`expected_quotient` (returned) on every vector and with Fraction on a sample."""
+def run_and_check(bank, jobs: dict) -> dict:
+    """Run the units named by ``jobs`` (key -> (wa, wb, want, bits or None); ``bits`` are the
+    joined ``wa`` and ``wb``) side by side; compare each ``code`` with ``want`` (NaN by
+    NaN-ness and sign) and the raw quotient with :func:`expected_quotient` on every vector and
+    with Fraction on a sample. Return the expected quotients by key."""
     sim, units = bank
-    unit = units[key]
-    d, fmt = unit.div, unit.fmt
-    if bits is None:
-        bits = join_fields(wa, d.a.shape()), join_fields(wb, d.b.shape())
-    out = sim.run({f"a_{key}": bits[0], f"b_{key}": bits[1]},
-                  latency=unit.latency, outputs=[f"code_{key}", f"q_{key}"])
-    code = out[f"code_{key}"].astype(np.uint64)
-    want = want.astype(np.uint64)
-    top = np.uint64(fmt.bits - 1)
-    nan = fmt.is_nan(want.astype(fmt.code_dtype))
-    ok = np.where(nan, fmt.is_nan(code.astype(fmt.code_dtype)) & ((code >> top) == (want >> top)),
-                  code == want)
-    bad = np.flatnonzero(~ok)
-    assert not bad.size, f"{key}: {bad.size} of {code.size} wrong codes, first: " + "; ".join(
-        f"({describe(wa, k)}) / ({describe(wb, k)}): {int(code[k]):#x}, want "
-        f"{int(want[k]):#x}" for k in bad[:4])
-    q = split_fields(out[f"q_{key}"], d.q.shape())
-    ref = expected_quotient(wa, wb, d.a_width, d.b_width, d.q_width)
-    for name in FIELDS:
-        bad = np.flatnonzero(q[name].astype(np.int64) != ref[name].astype(np.int64))
-        assert not bad.size, f"{key}: {bad.size} wrong q.{name}, first at {bad[:4]}"
-    check_fraction(wa, wb, q, d.a_width, d.b_width, d.q_width, 2000, seed=len(key))
-    return ref
+    n = max(len(job[2]) for job in jobs.values())
+    inputs, result = {}, {}
+    for key, (wa, wb, _, bits) in jobs.items():
+        d = units[key].div
+        bits = bits or (join_fields(wa, d.a.shape()), join_fields(wb, d.b.shape()))
+        for port, v in zip("ab", bits, strict=True):
+            inputs[f"{port}_{key}"] = np.concatenate([v, np.zeros(n - len(v), v.dtype)])
+    out = sim.run(inputs, latency=next(iter(units.values())).latency,
+                  outputs=[f"{port}_{key}" for key in jobs for port in ("code", "q")])
+    for key, (wa, wb, want, _) in jobs.items():
+        d, fmt = units[key].div, units[key].fmt
+        code = out[f"code_{key}"][:len(want)].astype(np.uint64)
+        want = want.astype(np.uint64)
+        top = np.uint64(fmt.bits - 1)
+        nan = fmt.is_nan(want.astype(fmt.code_dtype))
+        ok = np.where(nan, fmt.is_nan(code.astype(fmt.code_dtype))
+                      & ((code >> top) == (want >> top)), code == want)
+        bad = np.flatnonzero(~ok)
+        assert not bad.size, f"{key}: {bad.size} of {code.size} wrong codes, first: " + "; ".join(
+            f"({describe(wa, k)}) / ({describe(wb, k)}): {int(code[k]):#x}, want "
+            f"{int(want[k]):#x}" for k in bad[:4])
+        q = split_fields(out[f"q_{key}"][:len(want)], d.q.shape())
+        ref = expected_quotient(wa, wb, d.a_width, d.b_width, d.q_width)
+        for name in FIELDS:
+            bad = np.flatnonzero(q[name].astype(np.int64) != ref[name].astype(np.int64))
+            assert not bad.size, f"{key}: {bad.size} wrong q.{name}, first at {bad[:4]}"
+        check_fraction(wa, wb, q, d.a_width, d.b_width, d.q_width, 2000, seed=len(key))
+        result[key] = ref
+    return result
 
 
 def scale_codes(name: str, seed: int) -> np.ndarray:
@@ -231,18 +242,20 @@ def half_vectors(name: str, div: FloatDivide):
 
 @pytest.mark.sim
 @requires_verilator
-@pytest.mark.parametrize(("key", "name"), [("f16", "float16"), ("bf16", "bfloat16")])
-def test_float_divide_half_exhaustive(bank, key, name):
-    """Every float16 / bfloat16 x by at least 48 scales vs np.float16 / ml_dtypes division;
-    and that division (float32, then a cast) is one correct rounding of the exact quotient."""
-    div = bank[1][key].div
-    wa, wb, want, bits = half_vectors(name, div)
-    exact = run_and_check(bank, key, wa, wb, want, bits)
-    assert want.size >= 48 << 16
-    finite = exact["cls"] == NORM
-    assert np.sum(finite) > 40 << 16
-    ref = reference_codes(F[name], {k: v[finite] for k, v in exact.items()}, div.q_width, False)
-    np.testing.assert_array_equal(want[finite].astype(np.uint64), ref)
+def test_float_divide_half_exhaustive(bank):
+    """Every float16 and every bfloat16 x by at least 48 scales (the two units side by side)
+    vs np.float16 / ml_dtypes division; and that division (float32, then a cast) is one correct
+    rounding of the exact quotient."""
+    jobs = {key: half_vectors(name, bank[1][key].div)
+            for key, name in (("f16", "float16"), ("bf16", "bfloat16"))}
+    exact = run_and_check(bank, jobs)
+    for key, (_, _, want, _) in jobs.items():
+        fmt, q_width = bank[1][key].fmt, bank[1][key].div.q_width
+        assert want.size >= 48 << 16
+        finite = exact[key]["cls"] == NORM
+        assert np.sum(finite) > 40 << 16
+        ref = reference_codes(fmt, {k: v[finite] for k, v in exact[key].items()}, q_width, False)
+        np.testing.assert_array_equal(want[finite].astype(np.uint64), ref)
 
 
 def f32_pairs(rng) -> tuple[np.ndarray, np.ndarray]:
@@ -301,7 +314,8 @@ def test_float_divide_float32(bank):
     assert np.sum(np.isinf(want.view(np.float32)) & np.isfinite(xs.view(np.float32))
                   & (ss.view(np.float32) != 0)) > 10_000
     assert want.size >= 1_000_000
-    run_and_check(bank, "f32", wa, wb, want)
+    exact = run_and_check(bank, {"f32": (wa, wb, want, None)})["f32"]
+    assert np.sum((exact["cls"] == NORM) & (exact["sticky"] == 0)) > 100_000
 
 
 @pytest.mark.sim
@@ -330,7 +344,7 @@ def test_float_divide_int32(bank):
     wa = wide_operands(xx, 32, e, 7, 2.0 ** -126)
     wb = wide_operands(ss, 32, e, 8, np.where(np.arange(ss.size) < x.size, 2.0 ** -126, 0))
     assert want.size >= 300_000
-    run_and_check(bank, "i32", wa, wb, want.view(np.uint64))
+    run_and_check(bank, {"i32": (wa, wb, want.view(np.uint64), None)})
 
 
 @pytest.mark.sim
@@ -357,7 +371,7 @@ def test_float_divide_mixed_widths(bank, key, a_name, b_name):
     want = reference_codes(fmt, expected_quotient(wa, wb, div.a_width, div.b_width, 30), 30,
                            False)
     assert div.q_width < div.a_width or div.q_width < div.b_width
-    run_and_check(bank, key, wa, wb, want)
+    run_and_check(bank, {key: (wa, wb, want, None)})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -92,7 +92,8 @@ class Chain(wiring.Component):
 def wide(x, width: int) -> dict:
     """The exact wide floats of float64-representable values ``x`` (any float dtype), with the
     fields a unit's output has: ``exp`` 0 for the classes without a magnitude."""
-    w = wide_from_float64(np.asarray(x).astype(np.float64), width)
+    with np.errstate(invalid="ignore"):                      # signalling NaNs
+        w = wide_from_float64(np.asarray(x).astype(np.float64), width)
     return w | {"exp": np.where(w["cls"] == NORM, w["exp"], 0)}
 
 
@@ -134,7 +135,8 @@ def assert_codes(label: str, fmt: FloatFormat, got, want, nan_sign, where=None, 
     assert not bad.size, (
         f"{label} -> {fmt.name}: {bad.size} of {idx.size} wrong codes, first: "
         + "; ".join(f"[{info(idx[k]) if info else idx[k]}] {int(got[k]):#x}, want "
-                    f"{int(want[k]):#x}{' (NaN)' if nan_want[k] else ''}" for k in bad[:4]))
+                    f"{int(want[k]):#x}{f' (NaN, sign {int(nan_sign[k])})' if nan_want[k] else ''}"
+                    for k in bad[:4]))
     return idx.size
 
 

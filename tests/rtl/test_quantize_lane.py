@@ -17,9 +17,11 @@ from qaccel.model.config import AccelConfig
 from qaccel.model.dml import dml_quantize_linear
 from qaccel.model.dtypes import FLOAT_TYPES, QTYPES
 from qaccel.model.quant import division_dtype, quantize_linear
-from qaccel.rtl.quantize_lane import QuantizeLane, quantize_lane_regs
+from qaccel.rtl.quantize_lane import QuantizeLane
 from qaccel.sim.runner import missing_simulator
-from qaccel.sim.vectors import VectorSim, join_fields
+from qaccel.sim.vectors import VectorSim
+
+from .lane_groups import Groups, run_groups
 
 requires_verilator = pytest.mark.skipif(missing_simulator("verilator") is not None,
                                         reason=missing_simulator("verilator") or "")
@@ -32,15 +34,6 @@ GROUP = 1500
 
 def _dtype(name: str) -> np.dtype:
     return DTYPES[name] if name in DTYPES else QTYPES[name].dtype
-
-
-def _codes(a: np.ndarray) -> np.ndarray:
-    """Bit patterns of ``a`` as int64 (sub-byte types: the low bits of their byte)."""
-    width = a.dtype.itemsize
-    raw = a.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[width]).astype(np.int64)
-    name = next((n for n, q in QTYPES.items() if q.dtype == a.dtype), None)
-    bits = QTYPES[name].bits if name else 8 * width
-    return raw & ((1 << bits) - 1)
 
 
 def random_x(name: str, n: int, scale: np.ndarray, rng) -> np.ndarray:
@@ -85,60 +78,16 @@ def random_zp(name: str, n: int, rng) -> np.ndarray:
     return rng.uniform(-7, 7, n).astype(q.dtype)
 
 
-class Groups:
-    """Vectors of many register settings, back to back, each group followed by a flush."""
-
-    def __init__(self, lane: QuantizeLane):
-        self.lane = lane
-        self.layout = quantize_lane_regs(lane.config)
-        self.cols = {k: [] for k in ("regs", "x", "scale", "zero_point")}
-        self.expected: list[np.ndarray] = []
-        self.labels: list[tuple[str, int, int]] = []
-        self.n = 0
-
-    def add(self, label: str, regs: dict, x, scale, zp, want) -> None:
-        c = self.lane.config
-        n = x.size
-        fields = {"x_fmt": c.q_inputs.index(regs["x"]), "s_fmt": c.scales.index(regs["s"]),
-                  "prec": c.precisions.index(regs["prec"]), "cast": int(regs["cast"]),
-                  "out_fmt": c.q_outputs.index(regs["out"]),
-                  "saturate": int(regs.get("saturate", 1))}
-        word = int(join_fields({k: np.array([v]) for k, v in fields.items()}, self.layout)[0])
-        pad = self.lane.latency + 1
-        self.cols["regs"].append(np.full(n + pad, word, np.int64))
-        for key, arr in (("x", x), ("scale", scale), ("zero_point", zp)):
-            codes = np.zeros(n + pad, np.int64)
-            if arr is not None:
-                codes[:n] = _codes(arr)
-            self.cols[key].append(codes)
-        self.expected.append(_codes(want))
-        self.labels.append((label, self.n, n))
-        self.n += n + pad
-
-    def inputs(self) -> dict[str, np.ndarray]:
-        return {k: np.concatenate(v) for k, v in self.cols.items()}
-
-
 @pytest.fixture(scope="module")
 def lane_sim():
     lane = QuantizeLane(CONFIG)
     return lane, VectorSim(lane, name="quantize_lane")
 
 
-def run_groups(lane_sim, groups: Groups) -> int:
-    lane, sim = lane_sim
-    y = sim.run(groups.inputs(), latency=lane.latency, outputs=["y"])["y"].astype(np.int64)
-    checked = 0
-    for (label, start, n), want, x_col, s_col in zip(
-            groups.labels, groups.expected, groups.cols["x"], groups.cols["scale"], strict=True):
-        got = y[start:start + n]
-        bad = np.flatnonzero(got != want)
-        assert not bad.size, (
-            f"{label}: {bad.size} of {n} wrong; first: " + "; ".join(
-                f"x={int(x_col[k]):#x} scale={int(s_col[k]):#x}: {int(got[k]):#x}, "
-                f"want {int(want[k]):#x}" for k in bad[:4]))
-        checked += n
-    return checked
+def fields(c: AccelConfig, regs: dict) -> dict:
+    return {"x_fmt": c.q_inputs.index(regs["x"]), "s_fmt": c.scales.index(regs["s"]),
+            "prec": c.precisions.index(regs["prec"]), "cast": int(regs["cast"]),
+            "out_fmt": c.q_outputs.index(regs["out"]), "saturate": int(regs.get("saturate", 1))}
 
 
 @pytest.mark.sim
@@ -161,8 +110,9 @@ def test_quantize_lane_every_type(lane_sim):
                         want = quantize_linear(x, s, zp, axis=0, saturate=sat)
                     regs = {"x": xt, "s": st, "prec": _prec_name(division_dtype(xt, st)),
                             "cast": 0, "out": out, "saturate": sat}
-                    groups.add(f"{xt}/{st} -> {out} sat={int(sat)}", regs, x, s, zp, want)
-    assert run_groups(lane_sim, groups) == len(groups.labels) * GROUP
+                    label = f"{xt}/{st} -> {out} sat={int(sat)}"
+                    groups.add(label, fields(c, regs), x, s, zp, want)
+    assert run_groups(*lane_sim, groups) == len(groups.labels) * GROUP
 
 
 def _prec_name(dt: np.dtype) -> str:
@@ -189,8 +139,9 @@ def test_quantize_lane_precision(lane_sim):
                     with np.errstate(all="ignore"):
                         want = quantize_linear(x, s, zp, axis=0, precision=FLOAT_TYPES[prec])
                     regs = {"x": xt, "s": st, "prec": prec, "cast": 1, "out": out}
-                    groups.add(f"{xt}/{st} precision={prec} -> {out}", regs, x, s, zp, want)
-    assert run_groups(lane_sim, groups) > 0
+                    groups.add(f"{xt}/{st} precision={prec} -> {out}", fields(c, regs), x, s, zp,
+                               want)
+    assert run_groups(*lane_sim, groups) > 0
 
 
 @pytest.mark.sim
@@ -210,9 +161,9 @@ def test_quantize_lane_dml(lane_sim):
                 with np.errstate(all="ignore"):
                     want = dml_quantize_linear(x, s, zp, output_dtype=QTYPES[out].dtype)
                 regs = {"x": xt, "s": st, "prec": "float32", "cast": 1, "out": out}
-                groups.add(f"DML {xt} -> {out} zp={with_zp}", regs, x, s,
+                groups.add(f"DML {xt} -> {out} zp={with_zp}", fields(lane.config, regs), x, s,
                            zp if zp is not None else np.zeros(GROUP, QTYPES[out].dtype), want)
-    assert run_groups(lane_sim, groups) == len(groups.labels) * GROUP
+    assert run_groups(*lane_sim, groups) == len(groups.labels) * GROUP
 
 
 def test_quantize_lane_config_type():

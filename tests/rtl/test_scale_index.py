@@ -11,10 +11,11 @@ cycle of the next one) must be the job's reference indices, in order, none lost 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Fragment, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
@@ -78,7 +79,8 @@ def vector_layouts() -> list:
                             ((2, 3, 4, 29), -1), ((4, 20, 2, 3), 1), ((2, 300), 1),
                             ((260, 2), -2), ((3, 2, 17, 2), 2)]:
             out.append(blocked(shape, axis, block))
-    for shape in [(5,), (3, 4), (2, 3, 5), (2, 3, 4, 5), (3, 1, 4, 2), (7, 2, 9, 3)]:
+    for shape in [(5,), (3, 4), (2, 3, 5), (2, 3, 4, 5), (3, 1, 4, 2), (7, 2, 9, 3), (5, 3, 9, 2),
+                  (2, 9, 3, 11), (4, 8, 2, 16)]:
         for mask in range(1 << len(shape)):
             out.append(broadcast_layout(shape, tuple(1 if mask >> d & 1 else n
                                                      for d, n in enumerate(shape))))
@@ -281,11 +283,11 @@ def test_scale_index_abort(bank):
 @pytest.mark.sim
 @requires_verilator
 def test_scale_index_long_outer_dimension(bank):
-    """The outermost dimension's size is not a register: per-tensor and blocked 1-D layouts
-    longer than size_width allows (up to 210000 elements), and (3, 70000) blocked by 7
-    (which collapses to one dimension)."""
-    layouts = [scale_layout((100_003,), (), 0, 0), blocked((70_001,), 0, 32),
-               blocked((3, 70_000), 1, 7), blocked((66_000, 2), 0, 1000)]
+    """The outermost dimension's size is not a register: layouts whose outermost collapsed
+    dimension is longer than size_width (16 bits) allows, blocked 1-D, (2, 33000) blocked by
+    5 (which collapses to one dimension) and (65537, 2) blocked by 1000 along axis 0."""
+    layouts = [blocked((65_540,), 0, 32), blocked((2, 33_000), 1, 5),
+               blocked((65_537, 2), 0, 1000)]
     assert all(lay.sizes_c[0] >= 1 << 16 for lay in layouts)
     schedule = {lanes: [(lay, job_cycles(lay.size, lanes)) for lay in layouts]
                 for lanes in LANES}
@@ -295,16 +297,16 @@ def test_scale_index_long_outer_dimension(bank):
 
 
 # ---------------------------------------------------------------------------------------------
-# Amaranth simulator: latency, back-pressure, restarts
+# Amaranth simulator: latency, back-pressure, restarts (one simulation per lane count)
 
 
-def simulate(dut: ScaleIndex, starts: dict[int, object], ready, cycles: int) -> dict:
-    """Run ``cycles`` cycles: a ``start`` with layout ``starts[c]``'s registers in cycle
-    ``c``, ``o.ready = ready(c)``; return the per-cycle trace."""
+def simulate(dut: ScaleIndex, starts: dict[int, object], ready: list[bool]) -> dict:
+    """Run ``len(ready)`` cycles: a ``start`` with layout ``starts[c]``'s registers in cycle
+    ``c``, ``o.ready = ready[c]``; return the per-cycle trace."""
     trace = {key: [] for key in ("start", "ready", "valid", "last", "busy", "index")}
 
     async def testbench(ctx):
-        for c in range(cycles):
+        for c, rdy in enumerate(ready):
             if c in starts:
                 regs = dut.registers(starts[c])
                 for name in CONFIG:
@@ -312,10 +314,10 @@ def simulate(dut: ScaleIndex, starts: dict[int, object], ready, cycles: int) -> 
                         ctx.set(getattr(dut, name)[d], regs[name][d])
                 ctx.set(dut.count, regs["count"])
             ctx.set(dut.start, c in starts)
-            ctx.set(dut.o.ready, ready(c))
+            ctx.set(dut.o.ready, rdy)
             payload = ctx.get(dut.o.payload)
             trace["start"].append(c in starts)
-            trace["ready"].append(bool(ready(c)))
+            trace["ready"].append(rdy)
             trace["valid"].append(ctx.get(dut.o.valid))
             trace["last"].append(payload.last)
             trace["busy"].append(ctx.get(dut.busy))
@@ -338,71 +340,171 @@ SMALL_LAYOUTS = [
     blocked((12, 4), 0, 4),                      # blocked outermost dimension
     broadcast_layout((3, 1, 2, 5), (3, 1, 1, 5)),
 ]
+#: Layouts of the restart phase: a is cut while streaming, again while its beat is stalled
+#: (by b), b in its set-up cycle (by c); c runs to the end.
+RESTART = (blocked((4, 10), 1, 3), broadcast_layout((6, 7), (6, 1)), blocked((3, 17), 1, 5))
 
 
-@pytest.mark.parametrize("lanes", LANES)
-def test_scale_index_latency(lanes):
+@dataclass
+class Phase:
+    """Cycles ``[first, end)`` of a simulation and the jobs started in them."""
+
+    first: int
+    end: int
+    jobs: list
+    ends: list = field(default_factory=list)      # last transfer of each complete job
+
+
+@dataclass
+class Run:
+    lanes: int
+    trace: dict
+    phases: dict[str, Phase]
+
+    def phase(self, name: str) -> tuple[dict, Phase]:
+        """The trace of phase ``name`` (cycles renumbered from 0) and its jobs."""
+        p = self.phases[name]
+        trace = {k: v[p.first:p.end] for k, v in self.trace.items()}
+        return trace, Phase(0, p.end - p.first, p.jobs, [e - p.first for e in p.ends])
+
+
+def amaranth_schedule(lanes: int, seed: int) -> tuple[dict, list[bool], dict[str, Phase]]:
+    """Starts, ready pattern and phases of the Amaranth simulation (see the tests below)."""
+    rng = np.random.default_rng(seed)
+    starts, ready, phases = {}, [], {}
+    lat = ScaleIndex(lanes=lanes, max_dims=4).latency
+    # latency: a job with ready high, then an empty one.
+    a, empty = SMALL_LAYOUTS[0], scale_layout((5, 0, 3), (5,), 0, 0)
+    beats = -(-a.size // lanes)
+    starts[2], starts[6 + beats] = a, empty
+    ready += [True] * (10 + beats)
+    phases["latency"] = Phase(0, len(ready), [(a, True), (empty, True)], [1 + lat + beats])
+    # back-pressure: random ready, the next job starts 2 cycles after the last transfer.
+    first, jobs, ends = len(ready), [], []
+    for lay in SMALL_LAYOUTS:
+        t = len(ready)
+        starts[t] = lay
+        p = rng.choice([0.25, 0.5, 0.9])
+        r = (rng.random(40 * -(-lay.size // lanes) + 40) < p).tolist()
+        r[:lat] = [False] * lat
+        end = t + int(np.flatnonzero(r)[-(-lay.size // lanes) - 1])    # last transfer
+        ready += r[:end - t + 3]
+        jobs.append((lay, True))
+        ends.append(end)
+    phases["backpressure"] = Phase(first, len(ready), jobs, ends)
+    # restart
+    t0 = len(ready)
+    a, b, c = RESTART
+    t1 = t0 + lat + min(2, -(-a.size // lanes) - 1)
+    t2 = t1 + lat + 3
+    t3 = t2 + 1
+    starts.update({t0: a, t1: a, t2: b, t3: c})
+    n = t3 + lat + -(-c.size // lanes) + 3
+    ready += [not t1 + lat + 1 <= cyc <= t2 for cyc in range(t0, n)]
+    phases["restart"] = Phase(t0, n, [(a, False), (a, False), (b, False), (c, True)],
+                              [n - 4])
+    return starts, ready, phases
+
+
+@pytest.fixture(scope="module", params=LANES, ids=lambda lanes: f"lanes{lanes}")
+def run(request) -> Run:
+    lanes = request.param
+    starts, ready, phases = amaranth_schedule(lanes, seed=lanes)
+    return Run(lanes, simulate(ScaleIndex(lanes=lanes, max_dims=4), starts, ready), phases)
+
+
+def test_scale_index_latency(run):
     """The first beat comes ``latency`` (3) cycles after start, then one per cycle; busy from
     the cycle after start to the last beat; count 0 emits nothing."""
-    dut = ScaleIndex(lanes=lanes, max_dims=4)
-    assert dut.latency == 3
-    with pytest.raises(AttributeError):
-        dut.latency = 2
-    lay, empty = blocked((4, 10), 1, 4), scale_layout((5, 0, 3), (5,), 0, 0)
-    beats = -(-lay.size // lanes)
-    trace = simulate(dut, {2: lay, 20 + beats: empty}, lambda c: True, 30 + beats)
-    valid = np.flatnonzero(trace["valid"])
-    assert valid.tolist() == list(range(2 + dut.latency, 2 + dut.latency + beats))
-    busy = np.flatnonzero(trace["busy"])
-    assert busy.tolist() == [*range(3, 3 + dut.latency + beats - 1), 21 + beats]
-    check_trace(trace, [(lay, True), (empty, True)], lanes)
+    trace, phase = run.phase("latency")
+    assert check_trace(trace, phase.jobs, run.lanes) == phase.jobs[0][0].size
+    beats = -(-phase.jobs[0][0].size // run.lanes)
+    assert np.flatnonzero(trace["valid"]).tolist() == list(range(5, 5 + beats))
+    empty_start = 6 + beats
+    assert np.flatnonzero(trace["busy"]).tolist() == [*range(3, 5 + beats), empty_start + 1]
 
 
-@pytest.mark.parametrize("lanes", LANES)
-def test_scale_index_backpressure(lanes):
-    """Random ready (mostly low for stretches): every index once, in order, and an offered
-    beat held unchanged until taken."""
-    rng = np.random.default_rng(lanes)
-    starts, t = {}, 1
-    ready = []
-    for lay in SMALL_LAYOUTS:
-        starts[t] = lay
-        beats = -(-lay.size // lanes)
-        p = rng.choice([0.2, 0.5, 0.9])
-        cycles = 3 + int(beats / p * 2) + 20
-        ready += [True] * (t - len(ready)) + (rng.random(cycles) < p).tolist()
-        t += cycles
-    trace = simulate(dut := ScaleIndex(lanes=lanes, max_dims=4), starts,
-                     lambda c: ready[c] if c < len(ready) else True, t + 5)
-    jobs = [(lay, True) for lay in SMALL_LAYOUTS]
-    assert check_trace(trace, jobs, dut.lanes) == sum(lay.size for lay in SMALL_LAYOUTS)
-    assert not all(trace["ready"])
-
-
-@pytest.mark.parametrize("lanes", LANES)
-def test_scale_index_restart(lanes):
-    """start mid-stream: while streaming, while a beat is stalled, in the set-up cycle, and
-    with a new configuration; the new job starts from element 0."""
-    dut = ScaleIndex(lanes=lanes, max_dims=4)
-    a, b, c = blocked((4, 10), 1, 3), broadcast_layout((6, 7), (6, 1)), blocked((3, 17), 1, 5)
-    beats_a = -(-a.size // lanes)
-    # a is cut after a few beats (ready high), restarted as b while o.ready is low, b cut
-    # in its set-up cycle by c, c runs to the end.
-    t1 = 1 + 3 + min(2, beats_a - 1)
-    t2 = t1 + 6
-    t3 = t2 + 1
-    starts = {1: a, t1: a, t2: b, t3: c}
-    stall = set(range(t1 + 4, t2 + 1))
-    trace = simulate(dut, starts, lambda cyc: cyc not in stall, t3 + 10 + 2 * c.size)
-    jobs = [(a, False), (a, False), (b, False), (c, True)]
-    check_trace(trace, jobs, lanes)
+def test_scale_index_backpressure(run):
+    """Random ready (probability 0.25, 0.5 or 0.9 per job): every index once and in order,
+    an offered beat held unchanged until taken, and no bubble: a beat is offered in every
+    cycle from start + 3 to the job's last transfer."""
+    trace, phase = run.phase("backpressure")
+    assert check_trace(trace, phase.jobs, run.lanes) == sum(lay.size for lay, _ in phase.jobs)
     valid = np.asarray(trace["valid"], bool)
-    assert valid[t2] and not trace["ready"][t2], "a beat was withdrawn by start"
-    assert not valid[t2 + 1:t3 + 3].any()
+    for s, end in zip(np.flatnonzero(trace["start"]), phase.ends, strict=True):
+        assert valid[s + 3:end + 1].all() and not valid[end + 1:end + 3].any()
+    assert 0.3 < np.mean(trace["ready"]) < 0.9
+
+
+def test_scale_index_restart(run):
+    """start mid-stream: while streaming, while a beat is stalled (which it withdraws), in
+    the set-up cycle; the new job starts from element 0 with its configuration."""
+    trace, phase = run.phase("restart")
+    check_trace(trace, phase.jobs, run.lanes)
+    t0, t1, t2, t3 = np.flatnonzero(trace["start"])
+    valid, ready = np.asarray(trace["valid"], bool), np.asarray(trace["ready"], bool)
+    assert valid[t1] and ready[t1]                     # transferred: the first job's
+    assert valid[t2] and not ready[t2]                 # withdrawn
+    assert not valid[t2 + 1:t3 + 3].any() and valid[t3 + 3]
+
+
+@pytest.mark.parametrize(("lanes", "max_dims"), [(4, 1), (2, 2)])
+def test_scale_index_few_dims(lanes, max_dims):
+    """Units with one and two dimensions (no padding, or the top dimension alone)."""
+    dut = ScaleIndex(lanes=lanes, max_dims=max_dims, size_width=8, index_width=10,
+                     count_width=12)
+    layouts = [scale_layout((301,), (), 0, 0), blocked((301,), 0, 3), blocked((7, 11), 0, 2),
+               broadcast_layout((9, 5), (9, 1))][:2 * max_dims]
+    starts, t = {}, 1
+    for lay in layouts:
+        starts[t] = lay
+        t += job_cycles(lay.size, lanes)
+    trace = simulate(dut, starts, [True] * t)
+    assert check_trace(trace, [(lay, True) for lay in layouts], lanes) == \
+        sum(lay.size for lay in layouts)
+
+
+def test_check_trace_catches_errors(run):
+    """The checker is not vacuous: a wrong index, a lost or a repeated beat, a misplaced
+    ``last``, a late first beat and a wrong ``busy`` each fail it."""
+    trace, phase = run.phase("backpressure")
+    lanes = run.lanes
+    valid, ready = np.array(trace["valid"], bool), np.array(trace["ready"], bool)
+    taken, stalled = np.flatnonzero(valid & ready), np.flatnonzero(valid & ~ready)
+    last_taken = phase.ends[0]
+
+    def mutated(key, cycle, value):
+        t = {k: list(v) for k, v in trace.items()}
+        t[key][cycle] = value
+        return t
+
+    index = [list(row) for row in trace["index"]]
+    index[taken[1]][lanes - 1] += 1
+    bad = [{**trace, "index": index},                                  # wrong index
+           mutated("ready", taken[2], False),                          # lost beat
+           mutated("ready", stalled[1], True),                         # repeated beat
+           mutated("last", last_taken, 0),                             # no last
+           mutated("last", taken[0], 1),                               # early last
+           mutated("busy", last_taken, 0),                             # busy too short
+           mutated("busy", last_taken + 1, 1),                         # busy too long
+           {k: [v[0], *v[:-1]] if k != "start" else v for k, v in trace.items()}]  # late
+    for k, t in enumerate(bad):
+        with pytest.raises(AssertionError):
+            check_trace(t, phase.jobs, lanes)
+            pytest.fail(f"mutation {k} passed")
 
 
 # ---------------------------------------------------------------------------------------------
 # Members and the register helper
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_scale_index_elaborates_extremes(lanes):
+    """The narrowest and widest parameters elaborate (size_width may equal the carry
+    width)."""
+    for kwargs in ({"max_dims": 1, "size_width": 4, "index_width": 1, "count_width": 1},
+                   {"max_dims": 8, "size_width": 32, "index_width": 64, "count_width": 64}):
+        Fragment.get(ScaleIndex(lanes=lanes, **kwargs), None)
 
 
 def test_scale_index_members():

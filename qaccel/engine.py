@@ -1,0 +1,547 @@
+"""The RTL as an engine: the golden model's API, answered by simulating the generated Verilog.
+
+>>> import numpy as np, qaccel
+>>> rtl = qaccel.RTL()                                     # default AccelConfig, Verilator
+>>> y = rtl.quantize_linear(np.float32([1.5, -2.5]), np.float32(1.0), np.int8(0))
+>>> y, rtl.last_run.cycles                                 # doctest: +SKIP
+(array([ 2, -2], dtype=int8), 80)
+
+:class:`RTL` has the methods and signatures of :func:`qaccel.quantize_linear`,
+:func:`qaccel.dequantize_linear` and :func:`qaccel.dml_quantize_linear`. A call is validated
+by the golden model (same exceptions, same output dtype and shape), turned into jobs for the
+Quantize or Dequantize unit (:mod:`qaccel.sim.jobs`), simulated, and the output array is
+decoded from the ``y`` beats the simulated unit produced. The record of the last call is
+:attr:`RTL.last_run` (:class:`RunRecord`).
+
+A layout needing more scales than the unit's table holds (``config.table_depth``) is split
+into boxes of ``x`` whose scales fit: along the outermost dimensions first, and along an
+inner axis (in whole blocks) only when one slice of the outer dimensions needs too many.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["HARNESSES", "RTL", "RTLMismatchError", "RunRecord", "example_call"]
+
+#: How jobs reach the simulator: ``"auto"`` (the C++ stream harness on Verilator when it is
+#: available, else cocotb), ``"cocotb"`` or ``"stream"`` (the C++ harness, Verilator only).
+HARNESSES = ("auto", "cocotb", "stream")
+_SIMULATORS = ("verilator", "icarus")
+_UNIT_OF = {"quantize": "quantize", "dml": "quantize", "dequantize": "dequantize"}
+
+
+class RTLMismatchError(AssertionError):
+    """With ``check=True``: the simulated unit's output differs from the golden model's."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What one :class:`RTL` call cost.
+
+    Attributes
+    ----------
+    op : str
+        ``"quantize"``, ``"dequantize"`` or ``"dml"``.
+    simulator, harness : str
+        ``"verilator"`` or ``"icarus"``; ``"cocotb"`` or ``"stream"``.
+    jobs : int
+        Unit jobs the call took (more than one when the scale table had to be split).
+    elements, beats : int
+        Elements of ``x``; output beats (``ceil(elements / lanes)`` per job).
+    cycles : int
+        Clock cycles of the unit from the first table write to idle after the last job,
+        table loads included (``load_cycles`` of them: one per table entry plus a start
+        strobe per job).
+    latency : int or None
+        Smallest cycles from an ``x`` beat's transfer to its ``y`` beat.
+    wall_time : float
+        Seconds of the whole call (validation, job building, simulation, decoding).
+    build_reused : bool
+        No design had to be compiled for this call.
+    """
+
+    op: str
+    simulator: str
+    harness: str
+    jobs: int
+    elements: int
+    beats: int
+    cycles: int
+    load_cycles: int
+    latency: int | None
+    wall_time: float
+    build_reused: bool
+
+    @property
+    def beats_per_cycle(self) -> float:
+        """Output beats per clock cycle over the whole call (at most 1)."""
+        return self.beats / self.cycles if self.cycles else 0.0
+
+    @property
+    def elements_per_second(self) -> float:
+        """Elements simulated per second of wall time."""
+        return self.elements / self.wall_time if self.wall_time else 0.0
+
+
+class RTL:
+    """Run QuantizeLinear, DequantizeLinear and DirectML's quantize on the simulated RTL.
+
+    Parameters
+    ----------
+    config : AccelConfig, optional
+        The hardware instance (default ``AccelConfig()``: one lane, every format).
+    simulator : str
+        ``"verilator"`` or ``"icarus"``.
+    check : bool
+        Also compare every output with the golden model; :exc:`RTLMismatchError` on a
+        difference.
+    harness : str
+        One of :data:`HARNESSES`.
+    idle, backpressure : float
+        Pause probabilities per cycle on the ``x`` input and the ``y`` output (0: full speed;
+        cycle counts then grow accordingly).
+    seed : int
+        Seed of the pause generators.
+    progress : callable, optional
+        ``progress(beats_done, beats_total)``, called while a simulation runs.
+
+    Members
+    -------
+    config, simulator, check : as given
+    last_run : RunRecord or None
+        The record of the last call.
+
+    Raises
+    ------
+    TypeError
+        ``config`` is not an AccelConfig, ``check`` not a bool, ``seed`` not an integer.
+    ValueError
+        Unknown ``simulator`` or ``harness``, ``"stream"`` with Icarus, a pause probability
+        outside ``[0, 1)``.
+
+    The units are built on first use, once per instance (a build of the same design on disk
+    is reused). Each call raises what the golden function raises for invalid arguments, and
+    ValueError naming the configuration field when the instance does not carry a type the
+    call needs. Simulator failures raise :mod:`qaccel.sim.runner`'s exceptions.
+    """
+
+    def __init__(self, config=None, simulator: str = "verilator", *, check: bool = False,
+                 harness: str = "auto", idle: float = 0.0, backpressure: float = 0.0,
+                 seed: int = 1, progress: Callable[[int, int], None] | None = None):
+        from qaccel.model.config import AccelConfig
+        from qaccel.model.validate import check_int
+
+        if config is None:
+            config = AccelConfig()
+        if not isinstance(config, AccelConfig):
+            raise TypeError(f"config must be an AccelConfig, not {config!r}")
+        if simulator not in _SIMULATORS:
+            raise ValueError(f"simulator must be one of {', '.join(_SIMULATORS)}, "
+                             f"not {simulator!r}")
+        if harness not in HARNESSES:
+            raise ValueError(f"harness must be one of {', '.join(HARNESSES)}, not {harness!r}")
+        if harness == "stream" and simulator != "verilator":
+            raise ValueError(f"harness 'stream' runs on Verilator only, not {simulator!r}")
+        if not isinstance(check, bool):
+            raise TypeError(f"check must be a bool, not {check!r}")
+        for name, p in (("idle", idle), ("backpressure", backpressure)):
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+                raise ValueError(f"{name} must be a probability in [0, 1), not {p!r}")
+        self.config = config
+        self.simulator = simulator
+        self.check = check
+        self.harness = harness
+        self.idle, self.backpressure = float(idle), float(backpressure)
+        self.seed = check_int("seed", seed)
+        self.progress = progress
+        self.last_run: RunRecord | None = None
+        self._units: dict = {}
+
+    def __repr__(self) -> str:
+        return (f"RTL(lanes={self.config.lanes}, table_depth={self.config.table_depth}, "
+                f"simulator={self.simulator!r}, slug={self.config.slug!r})")
+
+    # -- the golden API -----------------------------------------------------------------------
+
+    def quantize_linear(self, x, y_scale, y_zero_point=None, *, axis=1, block_size=0,
+                        output_dtype=None, saturate=True, precision=None):
+        """:func:`qaccel.quantize_linear` on the Quantize unit."""
+        from qaccel.model.dtypes import dtype_name
+        from qaccel.model.indexing import scale_layout
+        from qaccel.model.quant import division_dtype, quantize_linear
+        from qaccel.sim.jobs import quantize_job
+
+        t0 = time.perf_counter()
+        want = quantize_linear(x, y_scale, y_zero_point, axis=axis, block_size=block_size,
+                               output_dtype=output_dtype, saturate=saturate,
+                               precision=precision)
+        x, y_scale = np.asarray(x), np.asarray(y_scale)
+        zp = None if y_zero_point is None else np.asarray(y_zero_point)
+        c = self.config
+        self._carried("q_inputs", "x", x.dtype, c.q_inputs)
+        self._carried("scales", "y_scale", y_scale.dtype, c.scales)
+        self._carried("q_outputs", "output", want.dtype, c.q_outputs)
+        prec = division_dtype(x.dtype, y_scale.dtype) if precision is None else precision
+        self._carried("precisions", "division precision", np.dtype(prec), c.precisions)
+        if want.size == 0:
+            return self._empty("quantize", want, t0)
+        layout = scale_layout(x.shape, y_scale.shape, axis, block_size, param="y_scale")
+        unit = self._unit("quantize")
+        jobs, boxes = [], []
+        for box in self._boxes(layout):
+            s_box = self._onnx_scale_box(layout, box, axis, block_size)
+            jobs.append(quantize_job(
+                unit, _sub(x, box), _sub(y_scale, s_box), _sub(zp, s_box), axis=axis,
+                block_size=block_size, output_dtype=output_dtype, saturate=saturate,
+                precision=precision,
+                label=f"Q {dtype_name(x.dtype)} -> {dtype_name(want.dtype)} {box}"))
+            boxes.append(box)
+        return self._execute("quantize", unit, jobs, boxes, want, t0)
+
+    def dequantize_linear(self, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
+                          output_dtype=None):
+        """:func:`qaccel.dequantize_linear` on the Dequantize unit."""
+        from qaccel.model.dtypes import dtype_name
+        from qaccel.model.indexing import scale_layout
+        from qaccel.model.quant import dequantize_linear
+        from qaccel.rtl.dequantize_lane import dq_scales
+        from qaccel.sim.jobs import dequantize_job
+
+        t0 = time.perf_counter()
+        want = dequantize_linear(x, x_scale, x_zero_point, axis=axis, block_size=block_size,
+                                 output_dtype=output_dtype)
+        x, x_scale = np.asarray(x), np.asarray(x_scale)
+        zp = None if x_zero_point is None else np.asarray(x_zero_point)
+        c = self.config
+        self._carried("dq_inputs", "x", x.dtype, c.dq_inputs)
+        self._carried("scales", "x_scale", x_scale.dtype, dq_scales(c))
+        self._carried("dq_outputs", "output", want.dtype, c.dq_outputs)
+        if want.size == 0:
+            return self._empty("dequantize", want, t0)
+        layout = scale_layout(x.shape, x_scale.shape, axis, block_size, param="x_scale")
+        unit = self._unit("dequantize")
+        jobs, boxes = [], []
+        for box in self._boxes(layout):
+            s_box = self._onnx_scale_box(layout, box, axis, block_size)
+            jobs.append(dequantize_job(
+                unit, _sub(x, box), _sub(x_scale, s_box), _sub(zp, s_box), axis=axis,
+                block_size=block_size, output_dtype=output_dtype,
+                label=f"DQ {dtype_name(x.dtype)} -> {dtype_name(want.dtype)} {box}"))
+            boxes.append(box)
+        return self._execute("dequantize", unit, jobs, boxes, want, t0)
+
+    def dml_quantize_linear(self, input, scale, zero_point=None, *, output_dtype=np.int8):
+        """:func:`qaccel.dml_quantize_linear` on the Quantize unit (float32 division)."""
+        from qaccel.model.dml import dml_quantize_linear
+        from qaccel.model.dtypes import dtype_name
+        from qaccel.model.indexing import broadcast_layout
+        from qaccel.sim.jobs import dml_job
+
+        t0 = time.perf_counter()
+        want = dml_quantize_linear(input, scale, zero_point, output_dtype=output_dtype)
+        x, scale = np.asarray(input), np.asarray(scale)
+        zp = None if zero_point is None else np.asarray(zero_point)
+        c = self.config
+        self._carried("q_inputs", "input", x.dtype, c.q_inputs)
+        self._carried("scales", "scale", scale.dtype, c.scales)
+        self._carried("q_outputs", "output", want.dtype, c.q_outputs)
+        self._carried("precisions", "division precision", np.dtype(np.float32), c.precisions)
+        if want.size == 0:
+            return self._empty("dml", want, t0)
+        shape = scale.shape if zp is None else np.broadcast_shapes(scale.shape, zp.shape)
+        layout = broadcast_layout(x.shape, shape, param="scale")
+        unit = self._unit("dml")
+        jobs, boxes = [], []
+        for box in self._boxes(layout):
+            jobs.append(dml_job(
+                unit, _sub(x, box), _sub(scale, _broadcast_box(scale.shape, box)),
+                None if zp is None else _sub(zp, _broadcast_box(zp.shape, box)),
+                output_dtype=output_dtype,
+                label=f"DML {dtype_name(x.dtype)} -> {dtype_name(want.dtype)} {box}"))
+            boxes.append(box)
+        return self._execute("dml", unit, jobs, boxes, want, t0)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _carried(field: str, what: str, dtype, carried: tuple[str, ...]) -> None:
+        from qaccel.model.dtypes import dtype_name
+
+        name = dtype_name(dtype)
+        if name not in carried:
+            raise ValueError(f"this RTL configuration does not carry {what} type {name} "
+                             f"(config.{field} = {carried})")
+
+    def _unit(self, op: str):
+        kind = _UNIT_OF[op]
+        unit = self._units.get(kind)
+        if unit is None:
+            if kind == "quantize":
+                from qaccel.rtl.quantize import Quantize as cls
+            else:
+                from qaccel.rtl.dequantize import Dequantize as cls
+            unit = self._units[kind] = cls(self.config)
+        return unit
+
+    def _boxes(self, layout) -> list[tuple[slice, ...]]:
+        """Split ``x`` into boxes whose scales fit the table and whose counts fit the
+        element counter: whole dimensions from the innermost out while they fit, then the
+        largest chunk of the next one (whole blocks), then slices of the rest."""
+        c = self.config
+        shape = layout.x_shape
+        if not shape:
+            return [()]
+        budget, max_count = c.table_depth, (1 << c.count_width) - 1
+        chunks = [1] * len(shape)
+        scales = count = 1
+        for d in reversed(range(len(shape))):
+            n, b, used = shape[d], layout.blocks[d], layout.strides[d] != 0
+            chunk = min(n, (budget // scales) * b) if used else n
+            chunk = max(1, min(chunk, max_count // count))
+            if used and b < chunk < n:
+                chunk -= chunk % b
+            if used and chunk < min(b, n):
+                raise ValueError(f"x of shape {shape}: one block of {b} elements along "
+                                 f"dimension {d} exceeds the unit's element counter "
+                                 f"(config.count_width = {c.count_width})")
+            chunks[d] = chunk
+            scales *= -(-chunk // b) if used else 1
+            count *= chunk
+        starts = [range(0, n, k) for n, k in zip(shape, chunks, strict=True)]
+        return [tuple(slice(a, min(a + k, n)) for a, k, n in zip(s, chunks, shape, strict=True))
+                for s in itertools.product(*starts)]
+
+    @staticmethod
+    def _onnx_scale_box(layout, box, axis: int, block_size: int) -> tuple[slice, ...]:
+        """The slice of an ONNX Q/DQ scale (and zero point) that the ``x`` box uses."""
+        if layout.kind == "per-tensor":
+            return ()
+        ax = axis % len(layout.x_shape)
+        if layout.kind == "per-axis":
+            return (box[ax],)
+        s = box[ax]
+        return tuple(slice(s.start // block_size, -(-s.stop // block_size)) if d == ax else
+                     box[d] for d in range(len(box)))
+
+    def _empty(self, op: str, want: np.ndarray, t0: float) -> np.ndarray:
+        self.last_run = RunRecord(op, self.simulator, "none", 0, 0, 0, 0, 0, None,
+                                  time.perf_counter() - t0, True)
+        return want.copy()
+
+    def _harness(self) -> str:
+        if self.harness != "auto":
+            return self.harness
+        if self.simulator == "verilator" and _stream_harness() is not None:
+            return "stream"
+        return "cocotb"
+
+    def _execute(self, op: str, unit, jobs, boxes, want: np.ndarray, t0: float) -> np.ndarray:
+        """Simulate ``jobs``, decode the ``y`` beats into the output array, record the run."""
+        from amaranth.hdl import Shape
+
+        from qaccel.sim.jobs import unpack_output
+
+        lanes = self.config.lanes
+        y_data = unit.signature.members["y"].signature.members["payload"].shape["data"].shape
+        width = Shape.cast(y_data.elem_shape).width
+        # The simulator sees no expected beats: what comes back is the unit's own answer.
+        blind = [dataclasses.replace(j, y=[], ymask=0) for j in jobs]
+        harness = self._harness()
+        name = _UNIT_OF[op]
+        if harness == "stream":
+            beats, cycles, load, latency, built = self._run_stream(unit, blind)
+        else:
+            beats, cycles, load, latency, built = self._run_cocotb(unit, blind, name)
+        out = np.empty(want.shape, want.dtype)
+        for job, got, box in zip(jobs, beats, boxes, strict=True):
+            _check_last(job, got, lanes * width)
+            out[box] = unpack_output(job, got, width, lanes)
+        self.last_run = RunRecord(
+            op, self.simulator, harness, len(jobs), int(want.size),
+            sum(len(b) for b in beats), cycles, load, latency, time.perf_counter() - t0,
+            not built)
+        if self.check:
+            _compare(out, want, op)
+        return out
+
+    def _progress(self, total: int):
+        if self.progress is None:
+            return None
+        report = self.progress
+        report(0, total)
+        return lambda _jobs, beats: report(beats, total)
+
+    def _run_cocotb(self, unit, jobs, name: str):
+        from qaccel.sim.elementwise_sim import capture_elementwise
+
+        total = sum(len(j.x) for j in jobs)
+        cap = capture_elementwise(unit, jobs, name=name, simulator=self.simulator,
+                                  idle=self.idle, backpressure=self.backpressure,
+                                  seed=self.seed, progress=self._progress(total))
+        if self.progress is not None:
+            self.progress(total, total)
+        return (cap.beats, sum(cap.cycles) + sum(cap.load_cycles), sum(cap.load_cycles),
+                cap.latency[0] if cap.latency else None, cap.built)
+
+    def _run_stream(self, unit, jobs):
+        run = _stream_harness()
+        if run is None:
+            raise RuntimeError("the C++ stream harness (qaccel.sim.streamsim) is not available")
+        total = sum(len(j.x) for j in jobs)
+        if self.progress is not None:
+            self.progress(0, total)
+        r = run(unit, jobs, idle=self.idle, backpressure=self.backpressure, seed=self.seed)
+        if self.progress is not None:
+            self.progress(total, total)
+        return _stream_result(r, jobs)
+
+
+def _sub(a: np.ndarray | None, box: tuple[slice, ...]) -> np.ndarray | None:
+    """``a[box]`` as an array (``a`` itself for the empty box, None for None)."""
+    if a is None or not box:
+        return a
+    return a[box]
+
+
+def _broadcast_box(shape, box) -> tuple[slice, ...]:
+    """The slice of a DirectML broadcast parameter that the ``x`` box uses."""
+    return tuple(slice(None) if n == 1 else s for n, s in zip(shape, box, strict=True))
+
+
+def _check_last(job, beats: list[int], data_width: int) -> None:
+    """Every beat but the last has ``last`` clear; the count is one per ``x`` beat."""
+    flags = [b >> data_width & 1 for b in beats]
+    if len(beats) != len(job.x) or (flags and (flags[-1] != 1 or any(flags[:-1]))):
+        from qaccel.sim.runner import SimulationError
+
+        raise SimulationError(f"job {job.label!r}: {len(beats)} y beats for {len(job.x)} x "
+                              f"beats, last flags at {[k for k, f in enumerate(flags) if f]}")
+
+
+def _compare(out: np.ndarray, want: np.ndarray, op: str) -> None:
+    from qaccel.sim.jobs import codes_of
+
+    a, b = codes_of(out), codes_of(want)
+    bad = np.flatnonzero(a != b)
+    if bad.size:
+        k = int(bad[0])
+        idx = np.unravel_index(k, want.shape) if want.shape else ()
+        raise RTLMismatchError(
+            f"{op}: the RTL differs from the golden model at {bad.size} of {want.size} "
+            f"elements; first at index {tuple(int(i) for i in idx)}: RTL code {int(a[k]):#x} "
+            f"({out.reshape(-1)[k]!r}), golden {int(b[k]):#x} ({want.reshape(-1)[k]!r})")
+
+
+# ---------------------------------------------------------------------------------------------
+# The C++ stream harness (qaccel.sim.streamsim), when present
+
+#: Whether :func:`_stream_result` understands the harness's result.
+_STREAM_WIRED = False
+
+
+def _stream_harness():
+    """Return ``qaccel.sim.streamsim.run_elementwise_fast`` or None if it is not there."""
+    if not _STREAM_WIRED:
+        return None
+    try:
+        module = importlib.import_module("qaccel.sim.streamsim")
+    except ImportError:
+        return None
+    return getattr(module, "run_elementwise_fast", None)
+
+
+def _stream_result(r, jobs):
+    """Adapt the stream harness's result to ``(beats, cycles, load_cycles, latency, built)``."""
+    raise NotImplementedError("qaccel.sim.streamsim's result is not wired yet")
+
+
+# ---------------------------------------------------------------------------------------------
+# Example inputs (the CLI and the demo)
+
+
+def example_call(op: str, shape, *, dtype=None, scale_dtype=None, output_dtype=None,
+                 axis: int | None = None, block_size: int = 0, zero_point: bool = True,
+                 seed: int = 0) -> tuple[tuple, dict]:
+    """Return ``(args, kwargs)`` of a realistic ``op`` call on random data.
+
+    ``op`` is ``"quantize"``, ``"dequantize"`` or ``"dml"``. Granularity: per-tensor without
+    ``axis``, per-axis with it, blocked with ``block_size`` too (DirectML: the scale varies
+    along ``axis``, size 1 elsewhere). Quantize scales come from the largest magnitude their
+    elements have (``amax / (range / 2)``), zero points are random and small; dequantize
+    inputs are random codes. Defaults: float32 data and scales, int8 output (dequantize:
+    int8 input, the scale's float type out).
+    """
+    from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, dtype_name
+    from qaccel.model.indexing import broadcast_layout, scale_layout
+
+    if op not in _UNIT_OF:
+        raise ValueError(f"op must be one of {', '.join(_UNIT_OF)}, not {op!r}")
+    shape = tuple(int(n) for n in shape)
+    rng = np.random.default_rng(seed)
+    if axis is None and block_size:
+        raise ValueError("block_size needs an axis")
+    ax = None if axis is None else axis % len(shape)
+    if op == "dml":
+        s_shape = tuple(n if d == ax else 1 for d, n in enumerate(shape))
+    elif ax is None:
+        s_shape = ()
+    elif block_size:
+        s_shape = tuple(-(-n // block_size) if d == ax else n for d, n in enumerate(shape))
+    else:
+        s_shape = (shape[ax],)
+    layout = (broadcast_layout(shape, s_shape) if op == "dml" else
+              scale_layout(shape, s_shape, ax or 0, block_size))
+    idx = layout.indices().reshape(-1)
+    n_scales = max(1, math.prod(s_shape))
+    kwargs: dict = {}
+    if ax is not None and op != "dml":
+        kwargs = {"axis": ax, "block_size": block_size}
+
+    if op == "dequantize":
+        q = QTYPES[dtype_name(np.dtype(dtype)) if dtype is not None else "int8"]
+        if q.is_int:
+            x = rng.integers(q.qmin, q.qmax, size=shape, endpoint=True).astype(q.dtype)
+            zp = None
+            if zero_point:
+                zp = (rng.integers(q.qmin, q.qmax, size=s_shape, endpoint=True) // 8)
+                zp = zp.astype(q.dtype)
+        else:
+            x = (rng.standard_normal(shape) * (q.qmax / 8)).astype(q.dtype)
+            zp = None
+        s_dt = np.dtype(scale_dtype) if scale_dtype is not None else FLOAT_TYPES["float32"]
+        scale = (0.01 + 0.04 * rng.random(s_shape)).astype(s_dt)
+        if output_dtype is not None:
+            kwargs["output_dtype"] = np.dtype(output_dtype)
+        return (x, scale, zp), kwargs
+
+    x_dt = np.dtype(dtype) if dtype is not None else np.dtype(np.float32)
+    if x_dt == np.int32:
+        x = rng.integers(-1000, 1000, size=shape, endpoint=True).astype(np.int32)
+    else:
+        x = rng.standard_normal(shape).astype(x_dt)
+    s_dt = (np.dtype(scale_dtype) if scale_dtype is not None else
+            x_dt if op == "dml" and x_dt != np.int32 else np.dtype(np.float32))
+    out = QTYPES[dtype_name(np.dtype(output_dtype)) if output_dtype is not None else "int8"]
+    amax = np.zeros(n_scales)
+    np.maximum.at(amax, idx, np.abs(x.astype(np.float64)).reshape(-1))
+    half = (out.qmax - out.qmin) / 2 if out.is_int else out.qmax
+    scale = np.where(amax > 0, amax / half, 1.0).reshape(s_shape)
+    if s_dt == np.int32:
+        scale = np.maximum(1, np.rint(scale))
+    scale = scale.astype(s_dt)
+    zp = None
+    if zero_point and out.is_int:
+        mid = 0 if out.signed else int(out.qmax + 1) // 2
+        spread = max(1, int(out.qmax - out.qmin) // 16)
+        zp = (mid + rng.integers(-spread, spread, size=s_shape, endpoint=True)).astype(out.dtype)
+    kwargs["output_dtype"] = out.dtype
+    return (x, scale, zp), kwargs

@@ -1,0 +1,113 @@
+# amaranth: UnusedElaboratable=no
+"""AxisTop: AXI4-Stream port names in the Verilog, the JSON description, and (Amaranth's
+simulator) a Quantize job whose packed output bytes equal ONNX's packing of the golden result."""
+
+from __future__ import annotations
+
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from qaccel.emit import write_verilog
+from qaccel.model.config import AccelConfig
+from qaccel.rtl.axis_top import AxisTop
+from qaccel.rtl.quantize import Quantize
+from qaccel.sim.jobs import codes_of, quantize_job
+
+SMALL = AccelConfig(lanes=2, q_inputs=("float32",), scales=("float32",),
+                    q_outputs=("int8", "int4", "uint2"), dq_inputs=("int8", "int4"),
+                    dq_outputs=("float32",), table_depth=16, max_dims=2)
+
+AXIS = {"s_axis_table_tdata", "s_axis_table_tvalid", "s_axis_table_tready", "s_axis_x_tdata",
+        "s_axis_x_tvalid", "s_axis_x_tready", "m_axis_y_tdata", "m_axis_y_tkeep",
+        "m_axis_y_tlast", "m_axis_y_tvalid", "m_axis_y_tready"}
+
+
+def onnx_bytes(codes, bits: int) -> bytes:
+    value = sum(int(c) << (k * bits) for k, c in enumerate(codes))
+    return value.to_bytes(-(-len(codes) * bits // 8), "little")
+
+
+def test_write_verilog_axis_names(tmp_path):
+    paths = write_verilog(SMALL, tmp_path)
+    assert {p.name for p in paths} == {"qaccel_quantize.v", "qaccel_quantize.json",
+                                       "qaccel_dequantize.v", "qaccel_dequantize.json",
+                                       "config.json"}
+    for op in ("quantize", "dequantize"):
+        text = (tmp_path / f"qaccel_{op}.v").read_text()
+        header = text.split(f"module qaccel_{op}(")[1].split(");")[0]
+        ports = {p.strip() for p in header.split(",")}
+        assert AXIS <= ports, AXIS - ports
+        desc = json.loads((tmp_path / f"qaccel_{op}.json").read_text())
+        assert {p["name"] for p in desc["ports"]} == ports
+        assert desc["config"] == SMALL.to_dict()
+        assert desc["type_indices"]["out_fmt"] == list(
+            SMALL.q_outputs if op == "quantize" else SMALL.dq_outputs)
+    assert AccelConfig.load(tmp_path / "config.json") == SMALL
+
+
+def test_axis_top_errors():
+    with pytest.raises(TypeError, match="unit must be a Quantize or Dequantize unit"):
+        AxisTop(object(), op="quantize")
+    with pytest.raises(ValueError, match="op must be 'quantize' or 'dequantize'"):
+        AxisTop(Quantize(SMALL), op="matmul")
+    with pytest.raises(ValueError, match="ops must be among"):
+        write_verilog(SMALL, "/tmp/unused", ops=("matmul",))
+
+
+@pytest.mark.parametrize(("dtype", "bits"), [(ml_dtypes.int4, 4), (ml_dtypes.uint2, 2)])
+def test_axis_top_packs_like_onnx(dtype, bits):
+    """A per-axis job of 13 elements on 2 lanes: the packed stream is ONNX's byte layout."""
+    unit = Quantize(SMALL)
+    top = AxisTop(unit, op="quantize")
+    rng = np.random.default_rng(bits)
+    x = (rng.standard_normal((13,)) * 3).astype(np.float32)
+    scale = np.float32(0.5)
+    job = quantize_job(unit, x, scale, output_dtype=dtype)
+    want = onnx_bytes(codes_of(__import__("qaccel").quantize_linear(
+        x, scale, output_dtype=dtype)), bits)
+    table_layout = unit.signature.members["table"].signature.members["payload"].shape
+    out = bytearray()
+
+    async def bench(ctx):
+        ctx.set(top.cfg_regs.as_value(), job.regs)
+        for addr, s, z in job.table:
+            ctx.set(top.s_axis_table_tdata, (addr << table_layout["addr"].offset)
+                    | (s << table_layout["scale"].offset)
+                    | (z << table_layout["zero_point"].offset))
+            ctx.set(top.s_axis_table_tvalid, 1)
+            await ctx.tick()
+        ctx.set(top.s_axis_table_tvalid, 0)
+        ctx.set(top.cfg_start, 1)
+        await ctx.tick()
+        ctx.set(top.cfg_start, 0)
+        ctx.set(top.m_axis_y_tready, 1)
+        beats = list(job.x)
+        cycles = 0
+        while cycles < 400:
+            if beats:
+                ctx.set(top.s_axis_x_tdata, beats[0])
+                ctx.set(top.s_axis_x_tvalid, 1)
+            else:
+                ctx.set(top.s_axis_x_tvalid, 0)
+            await ctx.delay(1e-9)
+            if beats and ctx.get(top.s_axis_x_tready):
+                beats.pop(0)
+            if ctx.get(top.m_axis_y_tvalid):
+                data, keep = ctx.get(top.m_axis_y_tdata), ctx.get(top.m_axis_y_tkeep)
+                raw = data.to_bytes(len(top.m_axis_y_tdata) // 8, "little")
+                out.extend(b for j, b in enumerate(raw) if keep >> j & 1)
+                if ctx.get(top.m_axis_y_tlast):
+                    return
+            await ctx.tick()
+            cycles += 1
+        raise AssertionError("no tlast within 400 cycles")
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert bytes(out) == want

@@ -1,0 +1,128 @@
+# amaranth: UnusedElaboratable=no
+"""The Quantize and Dequantize units through cocotb (sim/tb_elementwise.py), every output beat
+checked against the golden model, with random idle cycles and back-pressure, a reset in the
+middle of a stream, the throughput and latency checks and the watchdog.
+
+Default suite: every (input type, output type, granularity) of the default configuration on
+Verilator (plus DirectML's broadcast quantize), a per-granularity subset on Icarus, and small
+multi-lane instances. ``-m slow``: the full matrix on both simulators, more lanes, bigger
+tensors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qaccel.model.config import AccelConfig
+from qaccel.rtl.dequantize import Dequantize
+from qaccel.rtl.quantize import Quantize
+from qaccel.sim.elementwise_sim import run_elementwise
+from qaccel.sim.matrix import dequantize_matrix, dml_matrix, quantize_matrix
+from qaccel.sim.runner import missing_simulator
+
+pytestmark = pytest.mark.sim
+
+
+def needs(simulator: str):
+    reason = missing_simulator(simulator)
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+SMALL_Q = dict(q_inputs=("float32", "float16"), scales=("float32", "float16"),
+               q_outputs=("int8", "uint4", "int2", "float8e4m3fn", "float4e2m1"))
+SMALL_DQ = dict(dq_inputs=("int8", "uint4", "int16", "float8e5m2", "float4e2m1"),
+                dq_outputs=("float32", "bfloat16"))
+
+
+def check(result, jobs, simulator):
+    rec = result.records
+    assert result.passed == result.tests == 4, result
+    beats = sum(len(j.y) for j in jobs)
+    assert rec["test_jobs"]["beats"] == beats
+    assert rec["test_throughput"]["beats_per_cycle"] >= 0.99
+    print(f"\n{simulator}: {len(jobs)} jobs, {beats} beats checked at "
+          f"{rec['test_jobs']['beats_per_second']:.0f} beats/s; "
+          f"throughput {rec['test_throughput']['beats_per_cycle']} beats/cycle, "
+          f"latency {rec['test_throughput']['latency']} cycles")
+
+
+@needs("verilator")
+def test_quantize_matrix_verilator():
+    unit = Quantize(AccelConfig())
+    rng = np.random.default_rng(11)
+    jobs = quantize_matrix(unit, rng) + dml_matrix(unit, rng)
+    check(run_elementwise(unit, jobs, name="quantize"), jobs, "verilator")
+
+
+@needs("verilator")
+def test_dequantize_matrix_verilator():
+    unit = Dequantize(AccelConfig())
+    rng = np.random.default_rng(12)
+    jobs = dequantize_matrix(unit, rng)
+    check(run_elementwise(unit, jobs, name="dequantize"), jobs, "verilator")
+
+
+@needs("icarus")
+def test_quantize_icarus():
+    """Icarus, default configuration: each granularity with a few type pairs."""
+    unit = Quantize(AccelConfig())
+    rng = np.random.default_rng(13)
+    jobs = quantize_matrix(unit, rng, shape=(2, 3, 5))[::12] + dml_matrix(unit, rng)[:1]
+    check(run_elementwise(unit, jobs, name="quantize", simulator="icarus", watchdog=3000),
+          jobs, "icarus")
+
+
+@needs("icarus")
+def test_dequantize_icarus():
+    unit = Dequantize(AccelConfig())
+    rng = np.random.default_rng(14)
+    jobs = dequantize_matrix(unit, rng, shape=(2, 3, 5))[::10]
+    check(run_elementwise(unit, jobs, name="dequantize", simulator="icarus"), jobs, "icarus")
+
+
+@needs("verilator")
+@pytest.mark.parametrize("lanes", [2, 8])
+def test_quantize_lanes(lanes):
+    unit = Quantize(AccelConfig(lanes=lanes, **SMALL_Q))
+    rng = np.random.default_rng(20 + lanes)
+    jobs = quantize_matrix(unit, rng, shape=(3, 5, 7)) + dml_matrix(unit, rng)
+    check(run_elementwise(unit, jobs, name=f"quantize_l{lanes}"), jobs, "verilator")
+
+
+@needs("verilator")
+@pytest.mark.parametrize("lanes", [4])
+def test_dequantize_lanes(lanes):
+    unit = Dequantize(AccelConfig(lanes=lanes, **SMALL_DQ))
+    rng = np.random.default_rng(30 + lanes)
+    jobs = dequantize_matrix(unit, rng, shape=(3, 5, 7))
+    check(run_elementwise(unit, jobs, name=f"dequantize_l{lanes}"), jobs, "verilator")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("simulator", ["verilator", "icarus"])
+@pytest.mark.parametrize("op", ["quantize", "dequantize"])
+def test_full_matrix(op, simulator):
+    """Every combination on both simulators, bigger tensors."""
+    if missing_simulator(simulator):
+        pytest.skip(missing_simulator(simulator))
+    rng = np.random.default_rng(40)
+    if op == "quantize":
+        unit = Quantize(AccelConfig())
+        jobs = quantize_matrix(unit, rng, shape=(4, 9, 11)) + dml_matrix(unit, rng)
+    else:
+        unit = Dequantize(AccelConfig())
+        jobs = dequantize_matrix(unit, rng, shape=(4, 9, 11))
+    check(run_elementwise(unit, jobs, name=op, simulator=simulator, watchdog=3000), jobs,
+          simulator)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lanes", [1, 2, 4, 8])
+def test_lanes_full(lanes):
+    if missing_simulator("verilator"):
+        pytest.skip(missing_simulator("verilator"))
+    unit = Quantize(AccelConfig(lanes=lanes))
+    rng = np.random.default_rng(50 + lanes)
+    jobs = quantize_matrix(unit, rng, shape=(5, 6, 7)) + dml_matrix(unit, rng)
+    check(run_elementwise(unit, jobs, name=f"quantize_full_l{lanes}"), jobs, "verilator")
