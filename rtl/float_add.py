@@ -7,8 +7,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.validate import check_int
-from qaccel.rtl.float_round import _stage
 from qaccel.rtl.float_unpack import FloatClass
+from qaccel.rtl.pipeline import stage
 from qaccel.rtl.wide_float import MAX_EXP_WIDTH, MAX_SIG_WIDTH, wide_float_layout
 
 __all__ = ["LATENCIES", "FloatAdd", "min_exp_width"]
@@ -231,7 +231,7 @@ class FloatAdd(wiring.Component):
             y_reg.eq(Cat(wide[:N].any(), wide[N:], Const(0, 1))),
         ]
 
-        s1 = _stage(m, self._latency >= 3, "align", x=x_reg, y=y_reg,
+        s1 = stage(m, self._latency >= 3, "align", x=x_reg, y=y_reg,
                     subtract=x_sign ^ y_sign, sign=x_sign, exp=x_exp, special=special,
                     spec_cls=spec_cls, spec_sign=spec_sign)
 
@@ -239,7 +239,7 @@ class FloatAdd(wiring.Component):
         total = Signal(R)
         m.d.comb += total.eq(s1.x + (s1.y ^ Mux(s1.subtract, (1 << R) - 1, 0)) + s1.subtract)
 
-        s2 = _stage(m, self._latency >= 2, "add", total=total, sign=s1.sign, exp=s1.exp,
+        s2 = stage(m, self._latency >= 2, "add", total=total, sign=s1.sign, exp=s1.exp,
                     special=s1.special, spec_cls=s1.spec_cls, spec_sign=s1.spec_sign)
 
         # -- stage 3: normalise, truncate -----------------------------------------------------
@@ -262,6 +262,6 @@ class FloatAdd(wiring.Component):
                 res.sticky.eq(norm[:R - W].any()),
             ]
 
-        out = _stage(m, self._latency >= 1, "out", s=res)
+        out = stage(m, self._latency >= 1, "out", s=res)
         m.d.comb += self.s.eq(out.s)
         return m

@@ -7,8 +7,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.validate import check_int
-from qaccel.rtl.float_round import _stage
 from qaccel.rtl.float_unpack import FloatClass
+from qaccel.rtl.pipeline import stage
 from qaccel.rtl.wide_float import MAX_EXP_WIDTH, MAX_SIG_WIDTH, wide_float_layout
 
 __all__ = ["LATENCIES", "FloatMul"]
@@ -166,7 +166,7 @@ class FloatMul(wiring.Component):
         with m.Else():
             m.d.comb += cls.eq(FloatClass.NORMAL)
 
-        s = _stage(m, self._latency >= 2, "mul", prod=prod, esum=esum, cls=cls, sign=sign)
+        s = stage(m, self._latency >= 2, "mul", prod=prod, esum=esum, cls=cls, sign=sign)
 
         # -- stage 2: normalise (the product of two normalised significands has its leading
         # one at bit P - 1 or P - 2) and truncate to W bits --------------------------------
@@ -184,6 +184,6 @@ class FloatMul(wiring.Component):
         if W < P:
             m.d.comb += res.sticky.eq(finite & norm[:P - W].any())
 
-        out = _stage(m, self._latency >= 1, "out", p=res)
+        out = stage(m, self._latency >= 1, "out", p=res)
         m.d.comb += self.p.eq(out.p)
         return m

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import wiring
@@ -12,6 +11,7 @@ from amaranth.lib.wiring import In, Out
 from qaccel.model.floatfmt import FloatFormat, float_format
 from qaccel.model.validate import check_int
 from qaccel.rtl.float_unpack import FloatClass
+from qaccel.rtl.pipeline import stage
 from qaccel.rtl.wide_float import MAX_EXP_WIDTH, MAX_SIG_WIDTH, wide_float_layout
 
 __all__ = ["LATENCIES", "FloatRound", "min_exp_width", "min_sig_width"]
@@ -38,18 +38,6 @@ def min_exp_width(formats: Sequence[FloatFormat]) -> int:
     lo = min(f.emin - f.mbits for f in formats)
     hi = max(f.emax for f in formats)
     return Shape.cast(range(lo, hi + 1)).width + (0 if lo < 0 else 1)
-
-
-def _stage(m: Module, registered: bool, name: str, **values) -> SimpleNamespace:
-    """Return ``values``, through a register stage if ``registered``."""
-    if registered:
-        regs = {}
-        for key, value in values.items():
-            reg = Signal(value.shape(), name=f"{name}_{key}", reset_less=True)
-            m.d.sync += reg.eq(value)
-            regs[key] = reg
-        values = regs
-    return SimpleNamespace(**values)
 
 
 class FloatRound(wiring.Component):
@@ -245,7 +233,7 @@ class FloatRound(wiring.Component):
         cut = Signal(range(W + 2))
         m.d.comb += cut.eq(base1 + d)
 
-        a = _stage(m, self._latency >= 3, "s1",
+        a = stage(m, self._latency >= 3, "s1",
                    sign=x.sign, exp=e_in, sig=x.sig, sticky=x.sticky, cls=x.cls, cut=cut,
                    fmt=self.fmt, saturate=self.saturate)
 
@@ -267,7 +255,7 @@ class FloatRound(wiring.Component):
         finite = (a.cls == FloatClass.NORMAL) | (a.cls == FloatClass.SUBNORMAL)
         nonzero = finite & (total[W] | carry)
 
-        b = _stage(m, self._latency >= 2, "s2",
+        b = stage(m, self._latency >= 2, "s2",
                    sign=a.sign, exp=rexp, sig=rsig, nonzero=nonzero, cls=a.cls, fmt=a.fmt,
                    saturate=a.saturate)
 
@@ -295,7 +283,7 @@ class FloatRound(wiring.Component):
                 with m.Case(k) if k < n - 1 else m.Default():
                     self._encode(m, f, b, mant, biased, normal, overflow, code, value)
 
-        c = _stage(m, self._latency >= 1, "s3", code=code, value=value)
+        c = stage(m, self._latency >= 1, "s3", code=code, value=value)
         m.d.comb += [self.code.eq(c.code), self.value.eq(c.value)]
         return m
 

@@ -5,9 +5,11 @@ Not components: functions that add logic to a :class:`~amaranth.hdl.Module` bein
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Module, Signal, Value
 
-__all__ = ["delay", "field_width"]
+__all__ = ["delay", "field_width", "stage"]
 
 
 def field_width(n: int) -> int:
@@ -30,3 +32,16 @@ def delay(m: Module, value, cycles: int, name: str) -> Value:
         m.d.sync += reg.eq(out)
         out = reg
     return out
+
+
+def stage(m: Module, registered: bool, name: str, **values) -> SimpleNamespace:
+    """Return ``values`` as attributes, through one reset-less register stage if
+    ``registered`` (an optional pipeline stage of a unit with a ``latency`` parameter)."""
+    if registered:
+        regs = {}
+        for key, value in values.items():
+            reg = Signal(value.shape(), name=f"{name}_{key}", reset_less=True)
+            m.d.sync += reg.eq(value)
+            regs[key] = reg
+        values = regs
+    return SimpleNamespace(**values)

@@ -467,6 +467,17 @@ int main(int argc, char** argv) {
     ${rst0}
 
     std::vector<u64> is_acc[N_IS + 1], os_data[N_OS + 1], os_cyc[N_OS + 1];
+    i64 in_beats = 0;  // capacity hints: every input beat, and as many output beats
+    for (int s = 0; s < N_IS; ++s) {
+        i64 n = 0;
+        for (const Segment& S : segs) n += S.is_n[s];
+        is_acc[s].reserve(n);
+        in_beats += n;
+    }
+    for (int o = 0; o < N_OS; ++o) {
+        os_data[o].reserve(in_beats * OS_WORDS[o]);
+        os_cyc[o].reserve(in_beats);
+    }
     std::vector<i64> record;
     u64 cycle = 0;
     for (i64 g = 0; g < n_seg; ++g) {
@@ -748,6 +759,14 @@ def _words(port: Port, value, what: str) -> np.ndarray:
     a = np.asarray(value)
     if a.size == 0:
         return np.zeros((0, port.words), np.uint64)
+    if a.dtype.kind in "fO" and not isinstance(value, np.ndarray) and all(
+            isinstance(v, int | np.integer) and not isinstance(v, bool) for v in value):
+        # Python ints mixing negative values with values of 2**63 and more (NumPy: float64).
+        lo, hi = min(value), max(value)
+        if lo < -(1 << (port.width - 1)) or hi >= 1 << port.width:
+            raise ValueError(f"{what} has values outside [{-(1 << (port.width - 1))}, "
+                             f"{(1 << port.width) - 1}]: min {lo}, max {hi}")
+        a = np.array([int(v) & ((1 << 64) - 1) for v in value], np.uint64)
     col = _as_column(port, a, None)
     return np.asarray(col, dtype=np.uint64).reshape(-1, port.words)
 
