@@ -415,9 +415,10 @@ class NBitsWeights:
             kernel, arrays = _k.matmul_packed, op.packed_args(wbits)
         M, N = out.shape
         args = (a64, qd, sa, absum, *arrays, op.zmode, wbits, op.bits, op.block_size, op.K)
-        # tiles spread over threads (a few per piece, so that a thread slowed down by other
-        # processes does less of the work); threads only for enough work
-        run_items(kernel, -(-N // _k.TILE), M * op.K * N // _MACS_PER_ELEMENT, *args, int8, out)
+        # a few tiles per work item, claimed one item at a time by each thread (threads only
+        # for enough work)
+        n_items = -(-N // (_k.TILE * _k.TILES_PER_ITEM))
+        run_items(kernel, n_items, M * op.K * N // _MACS_PER_ELEMENT, *args, int8, out)
 
     def _run(self, a, bias, level):
         op = self._op

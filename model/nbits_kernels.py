@@ -17,6 +17,8 @@ from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
+from .quant_kernels import item_done, next_item
+
 _U = np.uintp
 _F32 = np.float32
 _F64 = np.float64
@@ -761,6 +763,24 @@ def _transpose16(typingctx, src, soff, stride, dst, doff):
     return types.none(src, soff, stride, dst, doff), codegen
 
 
+@intrinsic
+def _prefetch(typingctx, arr, i):
+    """Prefetch the cache line of flat element ``i`` of a C-contiguous array into L2."""
+    if not (_contiguous(arr) and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _pointer(context, builder, sig, args, ir.IntType(8))
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        # read, locality 2 (prefetcht1), data cache
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(arr, i), codegen
+
+
 # --------------------------------------------------------------------------- packed kernels
 # Weights in column tiles: TILE columns side by side (one vector of 16 int32/float32 lanes),
 # the k-th 32-bit word of each column's packed bit stream together:
@@ -810,6 +830,24 @@ def tile_columns(src):
     for t in range(ntiles):
         _tile_columns(src, t * TILE, min(TILE, N - t * TILE), flat, t * nw * TILE)
     return out
+
+
+@numba.njit
+def _prefetch_part(pf, blk, kb):
+    """Prefetch part ``blk`` of ``kb`` of the two regions ``pf = ((array, start, lines), ...)``
+    (64-byte lines of 16 four-byte elements from flat element ``start``): the per-call kernel
+    fetches the next tile's B and scales while it computes this one."""
+    _prefetch_region(pf[0], blk, kb)
+    _prefetch_region(pf[1], blk, kb)
+
+
+@numba.njit
+def _prefetch_region(region, blk, kb):
+    arr, start, lines = region
+    if lines > 0:
+        per = (lines + kb - 1) // kb
+        for i in range(blk * per, min(lines, (blk + 1) * per)):
+            _prefetch(arr, start + i * 16)
 
 
 @numba.njit
@@ -875,7 +913,9 @@ def _block_term(acc0, acc1, xs, isum, bsum, zs0, zs1, exact):
 
 
 @numba.njit
-def _tile_int8_rows(QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb):
+def _tile_int8_rows(
+    QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb, pf
+):
     """Int8 path of rows ``m .. m+R`` of A (R = 1 or 4) on a tile, accumulators in registers.
 
     QD (M, nq) holds the activation words: int32 ``QD[m, (b*wpb + w)*P + r]`` packs, byte
@@ -891,6 +931,7 @@ def _tile_int8_rows(QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbit
     zero = _splat_f64(0.0)
     a0 = a1 = b0 = b1 = c0 = c1 = d0 = d1 = zero
     for blk in range(kb):
+        _prefetch_part(pf, blk, kb)
         i0 = i1 = i2 = i3 = _splat_i32(0)
         for w in range(wpb):
             x = _vload(W, wo + (blk * wpb + w) * TILE)
@@ -937,7 +978,7 @@ def _fma_element(acc0, acc1, x, shift, qmask, z, s, c, has_c, a):
 
 
 @numba.njit
-def _tile_float_row(A64, m, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb):
+def _tile_float_row(A64, m, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb, pf):
     """Float path of row m of A on a tile: unpack, dequantise and accumulate in one pass,
     the accumulator in registers.  ``acc += f64(a) * f64(w)`` fused (exact products), k
     ascending.  Returns the tile's float64 sums (lanes 0..7, 8..15)."""
@@ -947,6 +988,7 @@ def _tile_float_row(A64, m, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs
     acc0 = _splat_f64(0.0)
     acc1 = _splat_f64(0.0)
     for blk in range(kb):
+        _prefetch_part(pf, blk, kb)
         k0 = blk * bs
         kend = min(bs, K - k0)
         s = _vload(S, so + blk * TILE)
@@ -970,7 +1012,9 @@ def _tile_float_row(A64, m, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs
 
 
 @numba.njit
-def _tile_float_rows(A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb, acc, wb):
+def _tile_float_rows(
+    A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb, acc, wb, pf
+):
     """Float path of all M rows of A on a tile; ``acc`` (M*TILE) float64 in memory.
 
     Each block is dequantised once to float64 (``wb``), then accumulated into four rows at a
@@ -982,6 +1026,7 @@ def _tile_float_rows(A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, 
     qmask = _splat_i32((1 << wbits) - 1)
     has_c = zmode == ZP_FLOAT
     for blk in range(kb):
+        _prefetch_part(pf, blk, kb)
         k0 = blk * bs
         kend = min(bs, K - k0)
         s = _vload(S, so + blk * TILE)
@@ -1048,9 +1093,10 @@ def _tile_float_rows(A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, 
 
 
 @numba.njit
-def _tile(A64, QD, sa, absum, tile, offsets, zmode, wbits, bits, bs, K, int8, out, n0, nt):
+def _tile(A64, QD, sa, absum, tile, offsets, zmode, wbits, bits, bs, K, int8, out, n0, nt, pf):
     """Output columns ``n0 .. n0+nt`` for all rows, from one tile (W, S, Z, C) whose data
-    start at ``offsets`` (flat element offsets into the four arrays)."""
+    start at ``offsets`` (flat element offsets into the four arrays); ``pf`` the regions to
+    prefetch meanwhile (:func:`_prefetch_part`)."""
     W, S, Z, C = tile
     wo, so, zo, co = offsets
     M = out.shape[0]
@@ -1063,45 +1109,48 @@ def _tile(A64, QD, sa, absum, tile, offsets, zmode, wbits, bits, bs, K, int8, ou
         while m < M:
             R = 4 if m + 4 <= M else 1
             r = _tile_int8_rows(
-                QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb
+                QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb, pf
             )
             for i in range(R):
                 _store_row(out, m + i, n0, nt, r[2 * i], r[2 * i + 1], tmp)
             m += R
     elif M == 1:
         lo, hi = _tile_float_row(
-            A64, 0, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb
+            A64, 0, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb, pf
         )
         _store_row(out, 0, n0, nt, lo, hi, tmp)
     else:
         acc = np.zeros(M * TILE, np.float64)
         wb = np.empty(bs * TILE, np.float64)
         _tile_float_rows(
-            A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb, acc, wb
+            A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb, acc, wb, pf
         )
         for m in range(M):
             _store_row(out, m, n0, nt, _vload(acc, m * TILE), _vload(acc, m * TILE + 8), tmp)
 
 
-# The two kernels compute tiles [t0, t1) of the output columns, with the GIL released;
-# :func:`.quant_kernels.run_items` spreads the tiles over threads.
+# The two kernels compute the output columns of the work items they claim, TILES_PER_ITEM
+# tiles each, with the GIL released (:func:`.quant_kernels.run_items` runs them on several
+# threads).
+
+TILES_PER_ITEM = 4
 
 
 @numba.njit(cache=True, nogil=True)
-def matmul_packed(t0, t1, A64, QD, sa, absum, B, S, Z, C, zmode, wbits, bits, bs, K, int8, out):
-    """Both MatMulNBits paths (no g_idx; bits 2, 4, 8) straight from the operator's layout,
-    for the output columns of tiles ``[t0, t1)`` (TILE columns each).
+def matmul_packed(items, A64, QD, sa, absum, B, S, Z, C, zmode, wbits, bits, bs, K, int8, out):
+    """Both MatMulNBits paths (no g_idx; bits 2, 4, 8) straight from the operator's layout.
 
     B (N, nw) uint32: each column's packed blocks as 32-bit words (B's bytes); S (N, k_blocks)
     float32 scales; Z (N, nz) uint32 packed zero points as words (ZP_PACKED, else (N, 0));
     C (N, k_blocks) float32 zero points (ZP_FLOAT, else (N, 0)); out (M, N) float32.
+    Work item i: the columns of tiles ``[i, i+1) * TILES_PER_ITEM`` (TILE columns each).
 
     Float path (``int8`` False): A64 (M, K) float64, A widened; out[m, n] = f32(sum over k
     ascending of f64(A[m, k]) * f64(w)), w = f32(f32(q - z) * s) + c (see
     :func:`_block_zero_point`), each product added with one rounding (fma of exact products).
 
     Int8 path (``int8`` True, finite A, integer zero points, bs <= 65536): QD the activation
-    words of :func:`_tile_int8_row` (M, nw*8/wbits) int32; sa, absum (M, k_blocks) from
+    words of :func:`_tile_int8_rows` (M, nw*8/wbits) int32; sa, absum (M, k_blocks) from
     :func:`quantize_a`; for each block b, ascending,
     acc += f64(f32(sa*s)) * isum + f64(absum) * f64(f32(-s*z)), isum = sum(qa*q) exact
     int32; out = f32(acc).  Bit for bit what :func:`matmul` computes.
@@ -1110,34 +1159,72 @@ def matmul_packed(t0, t1, A64, QD, sa, absum, B, S, Z, C, zmode, wbits, bits, bs
     transposes), then computed; the order per output does not depend on tiling or threads.
     """
     N, nw = B.shape
+    kb = S.shape[1]
+    ntiles = (N + TILE - 1) // TILE
     W = np.empty(nw * TILE, np.uint32)
-    St = np.empty(S.shape[1] * TILE, np.float32)
+    St = np.empty(kb * TILE, np.float32)
     Zt = np.empty(Z.shape[1] * TILE, np.uint32)
     Ct = np.empty(C.shape[1] * TILE, np.float32)
-    for t in range(t0, t1):
-        n0 = t * TILE
-        nt = min(TILE, N - n0)
-        _tile_columns(B, n0, nt, W, 0)
-        _tile_columns(S, n0, nt, St, 0)
-        _tile_columns(Z, n0, nt, Zt, 0)
-        _tile_columns(C, n0, nt, Ct, 0)
-        tile = (W, St, Zt, Ct)
-        _tile(A64, QD, sa, absum, tile, (0, 0, 0, 0), zmode, wbits, bits, bs, K, int8, out, n0, nt)
+    i = next_item(items)
+    while i < items[2]:
+        t1 = min(ntiles, (i + 1) * TILES_PER_ITEM)
+        for t in range(i * TILES_PER_ITEM, t1):
+            n0 = t * TILE
+            nt = min(TILE, N - n0)
+            _tile_columns(B, n0, nt, W, 0)
+            _tile_columns(S, n0, nt, St, 0)
+            _tile_columns(Z, n0, nt, Zt, 0)
+            _tile_columns(C, n0, nt, Ct, 0)
+            tile = (W, St, Zt, Ct)
+            # the item's next tile of B and S, fetched from memory while this one computes
+            nn = min(TILE, N - n0 - TILE) if t + 1 < t1 else 0
+            pf = (
+                (B, (n0 + TILE) * nw, (nn * nw + 15) // 16),
+                (S, (n0 + TILE) * kb, (nn * kb + 15) // 16),
+            )
+            _tile(
+                A64,
+                QD,
+                sa,
+                absum,
+                tile,
+                (0, 0, 0, 0),
+                zmode,
+                wbits,
+                bits,
+                bs,
+                K,
+                int8,
+                out,
+                n0,
+                nt,
+                pf,
+            )
+        item_done(items)
+        i = next_item(items)
 
 
 @numba.njit(cache=True, nogil=True)
-def matmul_tiles(t0, t1, A64, QD, sa, absum, W, S, Z, C, zmode, wbits, bits, bs, K, int8, out):
+def matmul_tiles(items, A64, QD, sa, absum, W, S, Z, C, zmode, wbits, bits, bs, K, int8, out):
     """:func:`matmul_packed` on prepared column tiles (:func:`tile_columns` of its B, S, Z,
     C: (ntiles, nw, TILE) and so on), bit for bit the same."""
     N = out.shape[1]
+    ntiles = W.shape[0]
     tile = (W.reshape(-1), S.reshape(-1), Z.reshape(-1), C.reshape(-1))
-    for t in range(t0, t1):
-        n0 = t * TILE
-        offsets = (
-            t * W.shape[1] * TILE,
-            t * S.shape[1] * TILE,
-            t * Z.shape[1] * TILE,
-            t * C.shape[1] * TILE,
-        )
-        nt = min(TILE, N - n0)
-        _tile(A64, QD, sa, absum, tile, offsets, zmode, wbits, bits, bs, K, int8, out, n0, nt)
+    pf = ((W, 0, 0), (S, 0, 0))  # tiles are read in order: hardware prefetching suffices
+    i = next_item(items)
+    while i < items[2]:
+        for t in range(i * TILES_PER_ITEM, min(ntiles, (i + 1) * TILES_PER_ITEM)):
+            n0 = t * TILE
+            offsets = (
+                t * W.shape[1] * TILE,
+                t * S.shape[1] * TILE,
+                t * Z.shape[1] * TILE,
+                t * C.shape[1] * TILE,
+            )
+            nt = min(TILE, N - n0)
+            _tile(
+                A64, QD, sa, absum, tile, offsets, zmode, wbits, bits, bs, K, int8, out, n0, nt, pf
+            )
+        item_done(items)
+        i = next_item(items)

@@ -2,6 +2,8 @@
 
     qaccel demo                 the main job on the default configuration (see README.md)
     qaccel bench golden         golden model vs ONNX Runtime, side by side
+    qaccel sim quantize|dequantize|dml
+                                one operator call on the simulated RTL, with its cycle report
 """
 
 from __future__ import annotations
@@ -46,6 +48,85 @@ def _demo(args) -> int:
     return demo.main(quick=args.quick)
 
 
+#: Output beats from which ``qaccel sim`` shows a progress bar.
+PROGRESS_MIN_BEATS = 20_000
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(n) for n in text.replace("x", ",").split(",") if n.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a shape is sizes separated by commas, not {text!r}") from None
+    if not shape or min(shape) < 0:
+        raise argparse.ArgumentTypeError(f"a shape needs one or more sizes >= 0, not {text!r}")
+    return shape
+
+
+def _sim(args) -> int:
+    import numpy as np
+
+    from qaccel.engine import RTL, RTLMismatchError, example_call
+    from qaccel.model.config import AccelConfig
+    from qaccel.model.dtypes import dtype_name
+
+    try:
+        config = AccelConfig.load(args.config) if args.config else AccelConfig()
+        if args.lanes is not None:
+            config = config.replace(lanes=args.lanes)
+        call, kwargs = example_call(args.op, args.shape, dtype=args.dtype,
+                                    scale_dtype=args.scale_dtype,
+                                    output_dtype=args.output_dtype, axis=args.axis,
+                                    block_size=args.block_size,
+                                    zero_point=not args.no_zero_point, seed=args.seed)
+        if args.op == "quantize" and args.precision:
+            kwargs["precision"] = np.dtype(args.precision)
+    except (OSError, TypeError, ValueError) as e:
+        raise SystemExit(f"qaccel sim: {e}") from None
+    bar = None
+
+    def progress(done, total):
+        nonlocal bar
+        if bar is None and total >= PROGRESS_MIN_BEATS:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, desc=f"sim {args.op}", unit="beat", file=sys.stderr)
+        if bar is not None:
+            bar.update(done - bar.n)
+
+    try:
+        rtl = RTL(config, args.simulator, check=True, harness=args.harness, idle=args.idle,
+                  backpressure=args.backpressure, seed=args.seed, progress=progress)
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"qaccel sim: {e}") from None
+    x, scale, zp = call
+    if args.axis is None:
+        layout = "per-tensor" if args.op != "dml" else "broadcast scale"
+    elif args.op == "dml":
+        layout = f"scale along axis {args.axis}"
+    else:
+        layout = f"per-axis axis={args.axis}" + (f" blocked {args.block_size}"
+                                                  if args.block_size else "")
+    print(f"RTL {args.op}: x {dtype_name(x.dtype)} {x.shape}, scale {dtype_name(scale.dtype)} "
+          f"{scale.shape}, {'no zero point' if zp is None else 'zero point'}, {layout}; "
+          f"lanes {config.lanes}, table depth {config.table_depth}, on {args.simulator}",
+          flush=True)
+    method = {"quantize": rtl.quantize_linear, "dequantize": rtl.dequantize_linear,
+              "dml": rtl.dml_quantize_linear}[args.op]
+    try:
+        y = method(*call, **kwargs)
+        verdict = f"bit-exact ({y.size} elements, output {dtype_name(y.dtype)})"
+    except RTLMismatchError as e:
+        verdict = f"DIFFERENT: {e}"
+    finally:
+        if bar is not None:
+            bar.close()
+    if rtl.last_run is not None:
+        print(rtl.last_run.summary())
+    print(f"  golden model: {verdict}")
+    return 0 if verdict.startswith("bit-exact") else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="qaccel", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -62,6 +143,31 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=7, help="timed runs per case (default 7)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_bench)
+
+    p = sub.add_parser("sim", help="one operator call on the simulated RTL: cycles, "
+                                   "throughput, and the comparison with the golden model")
+    p.add_argument("op", choices=["quantize", "dequantize", "dml"],
+                   help="QuantizeLinear, DequantizeLinear or DirectML's quantize")
+    p.add_argument("--shape", type=_shape, default=(64, 256),
+                   help="shape of x, e.g. 64,256 (default)")
+    p.add_argument("--dtype", help="type of x (default float32; dequantize: int8)")
+    p.add_argument("--scale-dtype", help="type of the scale (default float32; dml: x's)")
+    p.add_argument("--output-dtype", help="output type (default int8; dequantize: the scale's)")
+    p.add_argument("--axis", type=int, help="per-axis scale along this axis (default: "
+                                            "per-tensor; dml: the scale varies along it)")
+    p.add_argument("--block-size", type=int, default=0, help="blocks along --axis")
+    p.add_argument("--precision", help="quantize: the precision attribute (division type)")
+    p.add_argument("--no-zero-point", action="store_true", help="leave the zero point out")
+    p.add_argument("--simulator", choices=["verilator", "icarus"], default="verilator")
+    p.add_argument("--harness", choices=["auto", "cocotb", "stream"], default="auto",
+                   help="cocotb testbench or the C++ stream loop (auto: the loop on Verilator)")
+    p.add_argument("--config", help="an AccelConfig JSON file (default: AccelConfig())")
+    p.add_argument("--lanes", type=int, help="elements per beat (overrides --config)")
+    p.add_argument("--idle", type=float, default=0.0, help="idle probability per cycle on x")
+    p.add_argument("--backpressure", type=float, default=0.0,
+                   help="back-pressure probability per cycle on y")
+    p.add_argument("--seed", type=int, default=0, help="data and pause seed")
+    p.set_defaults(func=_sim)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -37,6 +37,10 @@ __all__ = ["HARNESSES", "RTL", "RTLMismatchError", "RunRecord", "example_call"]
 HARNESSES = ("auto", "cocotb", "stream")
 _SIMULATORS = ("verilator", "icarus")
 _UNIT_OF = {"quantize": "quantize", "dml": "quantize", "dequantize": "dequantize"}
+#: Units by (kind, AccelConfig), shared by the RTL instances of one configuration.
+_UNITS: dict = {}
+#: Stream harness builds by ``id(unit)`` (units in :data:`_UNITS` live as long as the process).
+_STREAM_SIMS: dict = {}
 
 
 class RTLMismatchError(AssertionError):
@@ -90,6 +94,18 @@ class RunRecord:
     def elements_per_second(self) -> float:
         """Elements simulated per second of wall time."""
         return self.elements / self.wall_time if self.wall_time else 0.0
+
+    def summary(self, indent: str = "  ") -> str:
+        """Return the record as a few lines of text (the CLI's and the demo's cycle report)."""
+        latency = "-" if self.latency is None else f"{self.latency} cycles"
+        return "\n".join(indent + line for line in (
+            f"jobs {self.jobs}, elements {self.elements}, beats {self.beats}, cycles "
+            f"{self.cycles} ({self.load_cycles} loading tables), "
+            f"{self.beats_per_cycle:.3f} beats/cycle",
+            f"latency {latency}; {self.simulator} ({self.harness}) {self.wall_time:.2f} s "
+            f"wall, {self.elements_per_second:,.0f} elements/s simulated; build "
+            f"{'reused' if self.build_reused else 'compiled'}",
+        ))
 
 
 class RTL:
@@ -185,7 +201,8 @@ class RTL:
                                output_dtype=output_dtype, saturate=saturate,
                                precision=precision)
         x, y_scale = np.asarray(x), np.asarray(y_scale)
-        zp = None if y_zero_point is None else np.asarray(y_zero_point)
+        # (validated: the scale's shape, or one element each; sim.jobs wants the same shape)
+        zp = None if y_zero_point is None else np.asarray(y_zero_point).reshape(y_scale.shape)
         c = self.config
         self._carried("q_inputs", "x", x.dtype, c.q_inputs)
         self._carried("scales", "y_scale", y_scale.dtype, c.scales)
@@ -220,7 +237,7 @@ class RTL:
         want = dequantize_linear(x, x_scale, x_zero_point, axis=axis, block_size=block_size,
                                  output_dtype=output_dtype)
         x, x_scale = np.asarray(x), np.asarray(x_scale)
-        zp = None if x_zero_point is None else np.asarray(x_zero_point)
+        zp = None if x_zero_point is None else np.asarray(x_zero_point).reshape(x_scale.shape)
         c = self.config
         self._carried("dq_inputs", "x", x.dtype, c.dq_inputs)
         self._carried("scales", "x_scale", x_scale.dtype, dq_scales(c))
@@ -282,14 +299,19 @@ class RTL:
                              f"(config.{field} = {carried})")
 
     def _unit(self, op: str):
+        """The unit of ``op``, created on first use; instances of one configuration share it
+        (and so its builds, which the simulation layers cache per unit object)."""
         kind = _UNIT_OF[op]
         unit = self._units.get(kind)
         if unit is None:
-            if kind == "quantize":
-                from qaccel.rtl.quantize import Quantize as cls
-            else:
-                from qaccel.rtl.dequantize import Dequantize as cls
-            unit = self._units[kind] = cls(self.config)
+            unit = _UNITS.get((kind, self.config))
+            if unit is None:
+                if kind == "quantize":
+                    from qaccel.rtl.quantize import Quantize as cls
+                else:
+                    from qaccel.rtl.dequantize import Dequantize as cls
+                unit = _UNITS[kind, self.config] = cls(self.config)
+            self._units[kind] = unit
         return unit
 
     def _boxes(self, layout) -> list[tuple[slice, ...]]:
@@ -358,7 +380,7 @@ class RTL:
         harness = self._harness()
         name = _UNIT_OF[op]
         if harness == "stream":
-            beats, cycles, load, latency, built = self._run_stream(unit, blind)
+            beats, cycles, load, latency, built = self._run_stream(unit, blind, name)
         else:
             beats, cycles, load, latency, built = self._run_cocotb(unit, blind, name)
         out = np.empty(want.shape, want.dtype)
@@ -392,17 +414,27 @@ class RTL:
         return (cap.beats, sum(cap.cycles) + sum(cap.load_cycles), sum(cap.load_cycles),
                 cap.latency[0] if cap.latency else None, cap.built)
 
-    def _run_stream(self, unit, jobs):
+    def _run_stream(self, unit, jobs, name: str):
+        from qaccel.sim.streamsim import elementwise_sim
+
         run = _stream_harness()
         if run is None:
             raise RuntimeError("the C++ stream harness (qaccel.sim.streamsim) is not available")
         total = sum(len(j.x) for j in jobs)
         if self.progress is not None:
             self.progress(0, total)
-        r = run(unit, jobs, idle=self.idle, backpressure=self.backpressure, seed=self.seed)
+        built = False
+        if id(unit) not in _STREAM_SIMS:       # the first run of this unit in the process
+            sim = _STREAM_SIMS[id(unit)] = elementwise_sim(unit, name=name)
+            built = sim.built
+        results = run(unit, jobs, idle=self.idle, backpressure=self.backpressure,
+                      seed=self.seed, name=name)
         if self.progress is not None:
             self.progress(total, total)
-        return _stream_result(r, jobs)
+        lats = [int(np.min(r.y_cycles - r.x_cycles)) for r in results
+                if len(r.y_cycles) and len(r.y_cycles) == len(r.x_cycles)]
+        return ([r.y for r in results], sum(r.cycles for r in results),
+                sum(len(j.table) + 1 for j in jobs), min(lats) if lats else None, built)
 
 
 def _sub(a: np.ndarray | None, box: tuple[slice, ...]) -> np.ndarray | None:
@@ -444,24 +476,15 @@ def _compare(out: np.ndarray, want: np.ndarray, op: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # The C++ stream harness (qaccel.sim.streamsim), when present
 
-#: Whether :func:`_stream_result` understands the harness's result.
-_STREAM_WIRED = False
 
 
 def _stream_harness():
     """Return ``qaccel.sim.streamsim.run_elementwise_fast`` or None if it is not there."""
-    if not _STREAM_WIRED:
-        return None
     try:
         module = importlib.import_module("qaccel.sim.streamsim")
     except ImportError:
         return None
     return getattr(module, "run_elementwise_fast", None)
-
-
-def _stream_result(r, jobs):
-    """Adapt the stream harness's result to ``(beats, cycles, load_cycles, latency, built)``."""
-    raise NotImplementedError("qaccel.sim.streamsim's result is not wired yet")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -473,12 +496,13 @@ def example_call(op: str, shape, *, dtype=None, scale_dtype=None, output_dtype=N
                  seed: int = 0) -> tuple[tuple, dict]:
     """Return ``(args, kwargs)`` of a realistic ``op`` call on random data.
 
-    ``op`` is ``"quantize"``, ``"dequantize"`` or ``"dml"``. Granularity: per-tensor without
-    ``axis``, per-axis with it, blocked with ``block_size`` too (DirectML: the scale varies
-    along ``axis``, size 1 elsewhere). Quantize scales come from the largest magnitude their
-    elements have (``amax / (range / 2)``), zero points are random and small; dequantize
-    inputs are random codes. Defaults: float32 data and scales, int8 output (dequantize:
-    int8 input, the scale's float type out).
+    ``op`` is ``"quantize"``, ``"dequantize"`` or ``"dml"``; types are dtypes or qaccel's
+    type names (``"int4"``, ``"float8e4m3fn"``, ``"bfloat16"``, ...). Granularity:
+    per-tensor without ``axis``, per-axis with it, blocked with ``block_size`` too (DirectML:
+    the scale varies along ``axis``, size 1 elsewhere). Quantize scales come from the largest
+    magnitude their elements have (``amax / (range / 2)``), zero points are random and small;
+    dequantize inputs are random codes. Defaults: float32 data and scales, int8 output
+    (dequantize: int8 input, the scale's float type out).
     """
     from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, dtype_name
     from qaccel.model.indexing import broadcast_layout, scale_layout
@@ -507,7 +531,7 @@ def example_call(op: str, shape, *, dtype=None, scale_dtype=None, output_dtype=N
         kwargs = {"axis": ax, "block_size": block_size}
 
     if op == "dequantize":
-        q = QTYPES[dtype_name(np.dtype(dtype)) if dtype is not None else "int8"]
+        q = QTYPES[dtype_name(_dtype(dtype)) if dtype is not None else "int8"]
         if q.is_int:
             x = rng.integers(q.qmin, q.qmax, size=shape, endpoint=True).astype(q.dtype)
             zp = None
@@ -517,20 +541,20 @@ def example_call(op: str, shape, *, dtype=None, scale_dtype=None, output_dtype=N
         else:
             x = (rng.standard_normal(shape) * (q.qmax / 8)).astype(q.dtype)
             zp = None
-        s_dt = np.dtype(scale_dtype) if scale_dtype is not None else FLOAT_TYPES["float32"]
+        s_dt = _dtype(scale_dtype) if scale_dtype is not None else FLOAT_TYPES["float32"]
         scale = (0.01 + 0.04 * rng.random(s_shape)).astype(s_dt)
         if output_dtype is not None:
-            kwargs["output_dtype"] = np.dtype(output_dtype)
+            kwargs["output_dtype"] = _dtype(output_dtype)
         return (x, scale, zp), kwargs
 
-    x_dt = np.dtype(dtype) if dtype is not None else np.dtype(np.float32)
+    x_dt = _dtype(dtype) if dtype is not None else np.dtype(np.float32)
     if x_dt == np.int32:
         x = rng.integers(-1000, 1000, size=shape, endpoint=True).astype(np.int32)
     else:
         x = rng.standard_normal(shape).astype(x_dt)
-    s_dt = (np.dtype(scale_dtype) if scale_dtype is not None else
+    s_dt = (_dtype(scale_dtype) if scale_dtype is not None else
             x_dt if op == "dml" and x_dt != np.int32 else np.dtype(np.float32))
-    out = QTYPES[dtype_name(np.dtype(output_dtype)) if output_dtype is not None else "int8"]
+    out = QTYPES[dtype_name(_dtype(output_dtype)) if output_dtype is not None else "int8"]
     amax = np.zeros(n_scales)
     np.maximum.at(amax, idx, np.abs(x.astype(np.float64)).reshape(-1))
     half = (out.qmax - out.qmin) / 2 if out.is_int else out.qmax
@@ -545,3 +569,19 @@ def example_call(op: str, shape, *, dtype=None, scale_dtype=None, output_dtype=N
         zp = (mid + rng.integers(-spread, spread, size=s_shape, endpoint=True)).astype(out.dtype)
     kwargs["output_dtype"] = out.dtype
     return (x, scale, zp), kwargs
+
+
+def _dtype(value) -> np.dtype:
+    """A dtype from a dtype or a qaccel type name (``QTYPES`` / ``FLOAT_TYPES`` keys)."""
+    from qaccel.model.dtypes import FLOAT_TYPES, QTYPES
+
+    if isinstance(value, str):
+        if value in QTYPES:
+            return QTYPES[value].dtype
+        if value in FLOAT_TYPES:
+            return FLOAT_TYPES[value]
+    try:
+        return np.dtype(value)
+    except TypeError:
+        raise TypeError(f"not a type: {value!r} (give a dtype or one of "
+                        f"{', '.join([*QTYPES, *FLOAT_TYPES])})") from None

@@ -11,8 +11,9 @@ Results are cached under ``<build root>/synth/<name>-<target>-<hash>/`` (the bui
 clock constraint, the placer seed, the tool command lines and the YoWASP package versions; a
 file lock makes concurrent callers (pytest-xdist workers) wait for one run and share it.
 
-YoWASP compiles each tool's WebAssembly to machine code on its first call (about 80 s of
-CPU for Yosys, less for nextpnr) and caches it in ``$YOWASP_CACHE_DIR``. This module sets
+YoWASP compiles each tool's WebAssembly to machine code on its first call and caches it in
+``$YOWASP_CACHE_DIR`` (measured here: Yosys 145 s of CPU, 80 s to 8 min of wall time depending
+on the load; nextpnr-ecp5 13 s, nextpnr-ice40 8 s). This module sets
 that variable for the tools it runs to :func:`yowasp_cache_dir` (``$YOWASP_CACHE_DIR`` when
 set, else ``~/.cache/YoWASP``, which survives ``make clean``), and :func:`prepare_tools`
 runs each tool once under a lock, so that parallel workers do not compile the same module
@@ -58,12 +59,13 @@ __all__ = [
 ]
 
 #: Bump when the flow changes in a way the command lines do not show (result parsing).
-FLOW_VERSION = 2
+FLOW_VERSION = 3
 _RESULT = "result.json"
 _REPO = Path(__file__).resolve().parent.parent
 _LOG_TAIL_LINES = 40
 #: An Amaranth ``src`` attribute (Python file and line) in emitted Verilog.
 _SRC_ATTR = re.compile(r'\(\* src = "[^"]*" \*\)\s*')
+_PY_LINE = re.compile(r"\.py:\d+$")
 _CARRY_IN = ("FCI", "CIN", "CI")
 _CARRY_OUT = ("FCO", "COUT", "CO")
 #: nextpnr messages meaning the design needs more of some resource than the device has.
@@ -77,7 +79,8 @@ class Target:
 
     ``family`` is ``"ecp5"`` or ``"ice40"``, ``device`` nextpnr's device option without the
     dashes (``"25k"``, ``"up5k"``), ``package`` its package name, ``speed`` the ECP5 speed
-    grade (None for iCE40), ``freq_mhz`` the default clock constraint.
+    grade (None for iCE40), ``freq_mhz`` the default clock constraint, ``part`` the
+    device's part number (for reports).
     """
 
     name: str
@@ -108,7 +111,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("up5k", "ice40", "up5k", "sg48", None, 30.0, "iCE40UP5K-SG48"),
 )}
 
-#: Cell types counted as LUT4s (weight: LUT4s per cell), flip-flops, DSPs and block RAMs.
+#: Cell types counted as LUT4s (weight: LUT4s per cell), flip-flops, DSPs and block RAMs
+#: (a trailing ``*`` matches a prefix).
 _COUNTS = {
     "ecp5": {
         "lut": {"LUT4": 1, "CCU2C": 2, "TRELLIS_DPR16X4": 4},
@@ -118,11 +122,7 @@ _COUNTS = {
     },
     "ice40": {
         "lut": {"SB_LUT4": 1},
-        "ff": {"SB_DFF": 1, "SB_DFFE": 1, "SB_DFFSR": 1, "SB_DFFR": 1, "SB_DFFSS": 1,
-               "SB_DFFS": 1, "SB_DFFESR": 1, "SB_DFFER": 1, "SB_DFFESS": 1, "SB_DFFES": 1,
-               "SB_DFFN": 1, "SB_DFFNE": 1, "SB_DFFNSR": 1, "SB_DFFNR": 1, "SB_DFFNSS": 1,
-               "SB_DFFNS": 1, "SB_DFFNESR": 1, "SB_DFFNER": 1, "SB_DFFNESS": 1,
-               "SB_DFFNES": 1},
+        "ff": {"SB_DFF*": 1},                       # every SB_DFF variant
         "dsp": {"SB_MAC16": 1},
         "bram": {"SB_RAM40_4K": 1},
     },
@@ -156,9 +156,11 @@ class SynthResult:
 
     ``cells`` holds every cell type's count, ``utilization`` nextpnr's ``{bel type: (used,
     available)}`` after placement. ``fmax_mhz`` is nextpnr's achieved Fmax (the worst
-    clock), ``freq_mhz`` the constraint it was placed for; ``critical_path`` nextpnr's
-    report of the worst path. ``wall_time`` is the seconds Yosys + nextpnr took in the run
-    that produced the result (``cached`` says whether this call reused it).
+    clock), ``freq_mhz`` the constraint it was placed for; ``critical_path`` a compact text
+    of nextpnr's worst register-to-register path, with the Python lines it runs through
+    (the full report is in ``build_dir / "nextpnr.log"``). ``wall_time`` is the seconds
+    Yosys + nextpnr took in the run that produced the result (``cached`` says whether this
+    call reused it).
     """
 
     name: str
@@ -184,7 +186,7 @@ class SynthResult:
 
     def summary(self) -> str:
         """One line: resources, Fmax, device and time."""
-        how = "cached" if self.cached else f"{self.wall_time:.1f} s"
+        how = f"{self.wall_time:.1f} s" + (", cached" if self.cached else "")
         return (f"{self.name} on {self.target} ({self.part}): {self.lut} LUT4, {self.ff} FF, "
                 f"{self.dsp} DSP, {self.bram} BRAM, Fmax {self.fmax_mhz:.1f} MHz "
                 f"(constraint {self.freq_mhz:g} MHz, seed {self.seed}; {how})")
@@ -275,16 +277,18 @@ def _run(package: str, args: list[str], *, cwd: Path, log: Path) -> float:
         status = subprocess.run([*command, *args], cwd=cwd, env=_tool_env(), stdout=f,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
     if status != 0:
-        text = log.read_text(errors="replace")
+        errors = _errors(log.read_text(errors="replace"))
         cls = (DesignDoesNotFitError if package.startswith("yowasp-nextpnr")
-               and _NO_FIT.search(_errors(text)) else SynthToolError)
-        raise cls(f"{package} failed (exit status {status}) in {cwd}: "
-                  f"{' '.join(args)}{_log_tail(log)}")
+               and _NO_FIT.search("\n".join(errors)) else SynthToolError)
+        first = f": {errors[0]}" if errors else ""
+        raise cls(f"{package} failed (exit status {status}){first}\n"
+                  f"command: {package} {' '.join(args)} (in {cwd}){_log_tail(log)}")
     return time.perf_counter() - start
 
 
-def _errors(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if "ERROR" in line or "rror:" in line)
+def _errors(text: str) -> list[str]:
+    """Return a tool log's error lines (Yosys and nextpnr start them with ``ERROR:``)."""
+    return [line.strip() for line in text.splitlines() if line.lstrip().startswith("ERROR")]
 
 
 def prepare_tools(targets: tuple[str, ...] = ("ecp5-25k",)) -> float:
@@ -363,33 +367,41 @@ def _critical_path(report: dict[str, Any], clock: str) -> str:
     routing = sum(s["delay"] for s in segs if s["type"] == "routing")
     total = sum(s["delay"] for s in segs)
     rows: list[list] = []
-    run, cells = 0.0, set()
+    run, cells, pending = 0.0, set(), []
     for seg in segs:
         run += seg["delay"]
         kind, src, dst = seg["type"], seg.get("from", {}), seg.get("to", {})
         if kind == "logic":
             cells.add(dst.get("cell"))
+        pending += [_short_source(x) for x in seg.get("sources", []) if "/share/" not in x]
         if seg["delay"] == 0 and kind != "setup":
-            continue
+            continue                        # inside a slice: its sources go to the next row
         if kind == "logic" and src.get("port") in _CARRY_IN and dst.get("port") in _CARRY_OUT:
             if rows and rows[-1][0] == "carry":
                 rows[-1][1] += seg["delay"]
                 rows[-1][2] = run
+                rows[-1][3] = dst.get("cell", "")
                 rows[-1][4] += 1
+                rows[-1][5] += pending
+                pending = []
                 continue
-            rows.append(["carry", seg["delay"], run, dst.get("cell", ""), 1, []])
+            rows.append(["carry", seg["delay"], run, dst.get("cell", ""), 1, pending])
+            pending = []
             continue
-        name = (seg.get("net", "") if kind == "routing" else
-                f"{(src if kind == 'clk-to-q' else dst).get('cell', '')}."
-                f"{(src if kind == 'clk-to-q' else dst).get('port', '')}")
-        sources = [_short_source(x) for x in seg.get("sources", []) if "/share/" not in x]
-        rows.append([kind, seg["delay"], run, name, 0, sources])
+        end = src if kind == "clk-to-q" else dst
+        name = (seg.get("net", "") if kind == "routing"
+                else f"{end.get('cell', '')}.{end.get('port', '')}")
+        rows.append([kind, seg["delay"], run, name, 0, pending])
+        pending = []
     lines = [f"{total:.2f} ns ({total - routing:.2f} ns logic, {routing:.2f} ns routing), "
              f"{len(cells)} logic cells, from {segs[0].get('from', {}).get('cell', '?')} "
              f"to {segs[-1].get('to', {}).get('cell', '?')}"]
+    python = list(dict.fromkeys(x for row in rows for x in row[5] if _PY_LINE.search(x)))
+    if python:
+        lines.append(f"  through {', '.join(python)}")
     for kind, delay, run, name, steps, sources in rows:
         if len(name) > 72:
-            name = name[:69] + "..."
+            name = f"{name[:40]}...{name[-29:]}"
         if kind == "carry":
             name = f"{steps} carry steps to {name}"
         where = f"  [{', '.join(dict.fromkeys(sources))}]" if sources else ""
@@ -486,7 +498,8 @@ def synthesize(
         (build_dir / "synth.ys").write_text(script)
         yosys_time = _run(t.yosys_package, ["-s", "synth.ys"], cwd=build_dir,
                           log=build_dir / "yosys.log")
-        cells = _count_cells(build_dir / f"{name}.json", name)
+        cells = {c: n for c, n in _count_cells(build_dir / f"{name}.json", name).items()
+                 if c != "$scopeinfo"}          # hierarchy notes, not hardware
         nextpnr_time = _run(t.nextpnr_package, nextpnr_args, cwd=build_dir,
                             log=build_dir / "nextpnr.log")
         report = json.loads((build_dir / "report.json").read_text())
@@ -494,7 +507,10 @@ def synthesize(
         if not fmax:
             raise SynthToolError(f"{t.nextpnr_package} reported no clock in {build_dir}"
                                  f"{_log_tail(build_dir / 'nextpnr.log')}")
-        counts = {kind: sum(w * cells.get(c, 0) for c, w in weights.items())
+        counts = {kind: sum(w * n for pattern, w in weights.items()
+                            for c, n in cells.items()
+                            if c == pattern or (pattern.endswith("*")
+                                                and c.startswith(pattern[:-1])))
                   for kind, weights in _COUNTS[t.family].items()}
         result = SynthResult(
             name=name, target=t.name, part=t.part, **counts,

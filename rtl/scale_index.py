@@ -270,6 +270,10 @@ class ScaleIndex(wiring.Component):
                         m.d.comb += s.eq(v)
             return s
 
+        def high_zero(value):
+            """Whether ``value`` (``sw`` bits) is below ``2**cw``."""
+            return (value[cw:] == 0) if sw > cw else Const(1, 1)
+
         def divmod_small(v, d, name):
             """``(v // d, v % d)`` for a ``cw``-bit ``v``: restoring division, ``cw``
             conditional subtractions (``d == 0`` gives garbage, never used)."""
@@ -288,47 +292,38 @@ class ScaleIndex(wiring.Component):
             for k in range(1, L + 1):
                 terms = [stride << j for j in range(k.bit_length()) if k >> j & 1]
                 t.append(reg(iw, sum(terms[1:], terms[0]), f"stride_x{k}_{d}"))
-            bm1 = comb(sw, block - 1, f"bm1_{d}")
-            b_small = block < L
-            rgap_at, c_at = [], []              # block gap and contribution at coordinate x
-            for x in range(L):
-                if L > 1:
+            qt, rt = [], []                     # x // block, x % block for x < lanes
+            if L > 1:
+                for x in range(L):
                     q, r = divmod_small(Const(x, cw), block[:cw], f"div{x}_{d}")
-                    q = Mux(b_small, q, 0)
-                    r = Mux(b_small, r, x)
-                else:
-                    q, r = Const(0, 1), Const(0, 1)
-                rgap_at.append(reg(sw, bm1 - r, f"rgap_at{x}_{d}"))
-                terms = [stride << j for j in range(cw)]
-                c_at.append(reg(iw, sum((Mux(q[j], terms[j], 0) for j in range(1, cw)),
-                                        Mux(q[0], terms[0], 0)), f"c_at{x}_{d}"))
+                    qt.append(reg(cw, Mux(block < L, q, 0), f"qt{x}_{d}"))
+                    rt.append(reg(cw, Mux(block < L, r, x), f"rt{x}_{d}"))
+            rm1 = reg(sw, size - 1, f"rm1_{d}")
+            bm1 = reg(sw, block - 1, f"bm1_{d}")
             cfg.append({
-                "t": t, "rgap_at": rgap_at, "c_at": c_at,
-                "rm1": reg(sw, size - 1, f"rm1_{d}"), "bm1": reg(sw, bm1, f"bm1r_{d}"),
+                "t": t, "qt": qt, "rt": rt, "rm1": rm1, "bm1": bm1,
+                "rm1_hz": reg(1, high_zero(comb(sw, size - 1, f"rm1c_{d}")), f"rm1_hz_{d}"),
+                "bm1_hz": reg(1, high_zero(comb(sw, block - 1, f"bm1c_{d}")), f"bm1_hz_{d}"),
                 "r_small": reg(1, size < L, f"r_small_{d}"),
-                "b_small": reg(1, b_small, f"b_small_{d}"),
+                "b_small": reg(1, block < L, f"b_small_{d}"),
                 "r_lo": reg(cw, size[:cw], f"r_lo_{d}"), "b_lo": reg(cw, block[:cw], f"b_lo_{d}"),
             })
 
-        def advance(gap, cin, rm1, small, r_lo, name):
-            """Advance a digit of radix ``R`` (held as ``gap = R - 1 - x``) by ``cin``.
-
-            Returns the carry out, the new gap and, when it wrapped, the new ``x < lanes``.
-            """
+        def digit(lo, hz, cin, rm1_lo, small, r_lo, name):
+            """Advance a digit of radix ``R``, held as ``gap = R - 1 - x`` (low ``cw`` bits
+            ``lo``, ``hz``: no higher bits), by ``cin``; return the carry out and, when it
+            wrapped, the new ``x < lanes``. The new gap is ``gap - cin`` without a wrap, else
+            ``R - 1 - x``: one subtraction, left to the caller."""
             # R >= lanes: at most one wrap, when gap < cin (a cw-bit compare).
-            high0 = (gap[cw:] == 0) if sw > cw else Const(1, 1)
-            wrap = comb(1, high0 & (gap[:cw] < cin), f"{name}_wrap")
-            x_big = comb(cw, cin - 1 - gap[:cw], f"{name}_xb")
-            gap_big = comb(sw, Mux(wrap, rm1 - x_big, gap - cin), f"{name}_gb")
+            wrap = comb(1, hz & (lo < cin), f"{name}_wrap")
+            x_big = comb(cw, cin - 1 - lo, f"{name}_xb")
             if L == 1:
-                return wrap, gap_big, x_big
+                return wrap, x_big
             # R < lanes: x, cin and x + cin are below 2 * lanes; divide by R.
-            x = comb(cw, rm1[:cw] - gap[:cw], f"{name}_x")
+            x = comb(cw, rm1_lo - lo, f"{name}_x")
             q, r = divmod_small(comb(cw, x + cin, f"{name}_v"), r_lo, name)
-            carry = comb(cw, Mux(small, q, wrap), f"{name}_co")
-            gap_new = comb(sw, Mux(small, (rm1[:cw] - r)[:cw], gap_big), f"{name}_g")
-            x_new = comb(cw, Mux(small, r, x_big), f"{name}_xn")
-            return carry, gap_new, x_new
+            return (comb(cw, Mux(small, q, wrap), f"{name}_co"),
+                    comb(cw, Mux(small, r, x_big), f"{name}_xn"))
 
         # -- control --------------------------------------------------------------------------
         init = Signal()                         # the cycle after start: set the lanes up
@@ -340,39 +335,47 @@ class ScaleIndex(wiring.Component):
         step = comb(1, init | load, "step")
 
         # -- lanes ----------------------------------------------------------------------------
+        # At set-up (init) a lane's state reads as the zero state (gap size - 1, block gap
+        # block - 1, contribution 0) and advances by k: the narrow inputs of the digits are
+        # multiplexed, the wide ones enter through the "restart" operands below.
         indices = []
         for k in range(L):
             cin = comb(cw, Mux(init, k, L), f"cin{k}_0")
             contribs = []
             for d in range(D):
-                cf = cfg[d]
+                cf, top = cfg[d], d == D - 1
                 rgap = Signal(sw, name=f"rgap{k}_{d}")
                 c = Signal(iw, name=f"c{k}_{d}")
                 contribs.append(c)
-                rgap_in = comb(sw, Mux(init, cf["bm1"], rgap), f"rgap_in{k}_{d}")
-                c_in = comb(iw, Mux(init, 0, c), f"c_in{k}_{d}")
-                delta, rgap_step, _ = advance(rgap_in, cin, cf["bm1"], cf["b_small"],
-                                              cf["b_lo"], f"b{k}_{d}")
-                c_step = comb(iw, c_in + select(delta, cf["t"], iw, f"sx{k}_{d}"),
-                              f"c_step{k}_{d}")
-                if d == D - 1:                  # the outermost dimension never wraps
-                    with m.If(step):
-                        m.d.sync += [rgap.eq(rgap_step), c.eq(c_step)]
-                    break
-                gap = Signal(sw, name=f"gap{k}_{d}")
-                gap_in = comb(sw, Mux(init, cf["rm1"], gap), f"gap_in{k}_{d}")
-                cout, gap_next, x_new = advance(gap_in, cin, cf["rm1"], cf["r_small"],
-                                                cf["r_lo"], f"i{k}_{d}")
-                wrapped = cout != 0
+                if not top:                     # the outermost dimension never wraps
+                    gap = Signal(sw, name=f"gap{k}_{d}")
+                    carry, x_i = digit(Mux(init, cf["rm1"][:cw], gap[:cw]),
+                                       Mux(init, cf["rm1_hz"], high_zero(gap)), cin,
+                                       cf["rm1"][:cw], cf["r_small"], cf["r_lo"], f"i{k}_{d}")
+                    wi = comb(1, carry != 0, f"i{k}_{d}_wrapped")
+                else:
+                    wi = Const(0, 1)
+                delta, x_b = digit(Mux(init, cf["bm1"][:cw], rgap[:cw]),
+                                   Mux(init, cf["bm1_hz"], high_zero(rgap)), cin,
+                                   cf["bm1"][:cw], cf["b_small"], cf["b_lo"], f"b{k}_{d}")
+                wb = comb(1, delta != 0, f"b{k}_{d}_wrapped")
+                if top or L == 1:               # restart at x < lanes: x // block, x % block
+                    q0, r0 = Const(0, cw), Const(0, cw)
+                else:
+                    q0 = select(x_i, cf["qt"], cw, f"q0_{k}_{d}")
+                    r0 = select(x_i, cf["rt"], cw, f"r0_{k}_{d}")
+                sel = comb(cw, Mux(wi, q0, delta), f"sel{k}_{d}")
                 with m.If(step):
                     m.d.sync += [
-                        gap.eq(gap_next),
-                        rgap.eq(Mux(wrapped, select(x_new, cf["rgap_at"], sw,
-                                                    f"rgap_at{k}_{d}"), rgap_step)),
-                        c.eq(Mux(wrapped, select(x_new, cf["c_at"], iw, f"c_at{k}_{d}"),
-                                 c_step)),
+                        rgap.eq(Mux(wi | wb | init, cf["bm1"], rgap)
+                                - Mux(wi, r0, Mux(wb, x_b, cin))),
+                        c.eq(Mux(wi | init, 0, c) + select(sel, cf["t"], iw, f"sx{k}_{d}")),
                     ]
-                cin = cout
+                    if not top:
+                        m.d.sync += gap.eq(Mux(wi | init, cf["rm1"], gap) - Mux(wi, x_i, cin))
+                if top:
+                    break
+                cin = carry
             while len(contribs) > 1:            # balanced adder tree
                 pairs = [contribs[j] + contribs[j + 1] for j in range(0, len(contribs) - 1, 2)]
                 contribs = pairs + contribs[len(contribs) & ~1:]

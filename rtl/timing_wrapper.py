@@ -36,9 +36,10 @@ class TimingWrapper(wiring.Component):
     Inputs: the signature is flattened (streams' ``payload`` / ``valid`` / ``ready``,
     struct- and array-typed ports, arrays of members) and every bit the wrapped component
     reads is driven by one flip-flop of a shift chain. The chain is fed by a 16-bit maximal
-    LFSR XOR-ed with the ``din`` pin, so the synthesiser can prove no input constant and no
-    input pin is needed per port. Ports are packed into the chain in signature order, each
-    right-aligned (bit 0 of the first input port is chain bit 0).
+    LFSR XOR-ed with the ``din`` pin, so the synthesiser cannot prove any input constant and
+    no pin is needed per port. Ports are packed into the chain in signature order, each
+    right-aligned (bit 0 of the first input port is chain bit 0, the newest bit). ``rst``
+    (the ``sync`` domain's reset) resets the component and the LFSR.
 
     Outputs: every bit the component drives is captured in a flip-flop, then reduced by a
     pipelined XOR tree (:data:`XOR_FAN_IN` bits per stage, a register after each stage) to

@@ -43,8 +43,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth.back import rtlil
-from amaranth.hdl import (Assert, Assume, ClockDomain, Elaboratable, Module, Signal, Value,
-                          signed, unsigned)
+from amaranth.hdl import (
+    Assert,
+    Assume,
+    ClockDomain,
+    Elaboratable,
+    Module,
+    Signal,
+    Value,
+    signed,
+)
 from amaranth.lib import wiring
 
 from qaccel.model.validate import check_int
@@ -378,18 +386,16 @@ class ElementwiseHarness(Elaboratable):
         not :class:`DelayLane` stand-ins.
     """
 
-    def __init__(self, unit: Elementwise, *, tagged: bool = False, count_width: int = 16):
+    def __init__(self, unit: Elementwise, *, tagged: bool = False):
         if not isinstance(unit, Elementwise):
             raise TypeError(f"unit must be an Elementwise unit, not {unit!r}")
         if not isinstance(tagged, bool):
             raise TypeError(f"tagged must be a bool, not {tagged!r}")
-        check_int("count_width", count_width, 8, 32)
         if tagged and not issubclass(unit.lane_class, DelayLane):
             raise ValueError(f"tagged needs DelayLane lanes (see with_delay_lanes), not "
                              f"{unit.lane_class.__name__}")
         self.unit = unit
         self.tagged = tagged
-        self.count_width = count_width
         self.sync = ClockDomain("sync")
 
     def ports(self) -> list[Value]:
@@ -436,10 +442,11 @@ class ElementwiseHarness(Elaboratable):
         with m.If(checked & y_held):
             m.d.comb += [Assert(y.valid), Assert(Value.cast(y.payload) == y_payload)]
 
-        # -- counts: beats in the unit, beats matured (taken at least `latency` cycles ago) ----
-        w = self.count_width
+        # -- counts: beats in the unit; beats ripe (taken `latency` or more cycles ago, still
+        # in the unit). Both stay in [0, fifo_depth] or an assertion fails first (they move by
+        # one per cycle at most), so small registers are exact, and keep the solver fast.
         depth = u.fifo_depth
-        inside = Signal(signed(max(w, (2 * depth + 2).bit_length() + 1)))
+        inside = Signal(signed(depth.bit_length() + 2))
         m.d.sync += inside.eq(inside + x_fire - y_fire)
         m.d.comb += [Assert(inside >= 0), Assert(inside <= depth)]
         with m.If(inside != 0):
@@ -447,24 +454,24 @@ class ElementwiseHarness(Elaboratable):
 
         taken = Signal(u.latency)               # taken[i]: an x transfer i + 1 cycles ago
         m.d.sync += taken.eq((taken << 1) | x_fire)
-        matured = Signal(w)                     # x transfers at least `latency` cycles ago
-        old = Signal(w)                         # ... up to the previous cycle
-        y_count = Signal(w)
-        m.d.comb += matured.eq(old + taken[-1])
-        m.d.sync += [old.eq(matured), y_count.eq(y_count + y_fire)]
-        m.d.comb += Assert(y.valid == (matured != y_count))
+        ripe_before = Signal(range(depth + 2))
+        ripe = Signal(range(depth + 2))
+        m.d.comb += ripe.eq(ripe_before + taken[-1])
+        m.d.sync += ripe_before.eq(ripe - y_fire)
+        m.d.comb += Assert(y.valid == (ripe != 0))
 
-        # -- tags: beat n carries n ------------------------------------------------------------
+        # -- tags: beat n carries n (modulo 2**tag, more than the beats the unit holds) --------
         if self.tagged:
-            x_count = Signal(w)
-            m.d.sync += x_count.eq(x_count + x_fire)
             x_lane = x.payload.shape().elem_shape.width
             y_lane = y.payload.data.shape().elem_shape.width
-            tag = min(x_lane, y_lane, w)
+            tag = min(x_lane, y_lane, depth.bit_length() + 1)
+            x_count = Signal(tag)
+            y_count = Signal(tag)
+            m.d.sync += [x_count.eq(x_count + x_fire), y_count.eq(y_count + y_fire)]
             with m.If(x.valid):
-                m.d.comb += [Assume(x.payload[k][:tag] == x_count[:tag])
+                m.d.comb += [Assume(x.payload[k][:tag] == x_count)
                              for k in range(x.payload.shape().length)]
             with m.If(y.valid):
-                m.d.comb += [Assert(y.payload.data[k][:tag] == y_count[:tag])
+                m.d.comb += [Assert(y.payload.data[k][:tag] == y_count)
                              for k in range(y.payload.data.shape().length)]
         return m

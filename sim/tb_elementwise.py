@@ -151,7 +151,9 @@ class ElementwiseTB:
     async def run_job(self, job: dict, *, capture: bool = False) -> dict:
         """Run one job to completion, then wait until idle: every y beat checked against
         ``job["y"]``, or with ``capture`` and no expected beats, one y beat received per x
-        beat (``received``, ``min_latency`` and ``max_latency`` in the result)."""
+        beat (``received``, ``min_latency`` and ``max_latency`` in the result). ``cycles``
+        counts from the cycle after ``start`` to the first with ``busy`` low, inclusive;
+        ``load_cycles`` the table writes and ``start`` before it."""
         await self.load(job)
         self.expected = None if capture and not job["y"] else job["y"]
         n = len(job["x"]) if self.expected is None else len(job["y"])
@@ -161,7 +163,8 @@ class ElementwiseTB:
         self.received, self.x_cycles, self.latency = [], [], []
         self.driver.send(job["x"])
         t0 = time.perf_counter()
-        cycles = await self.loop.run(until=lambda: len(self.received) >= n
+        # 1 + : the cycle after ``start``, before the loop's first falling edge
+        cycles = 1 + await self.loop.run(until=lambda: len(self.received) >= n
                                      and self.driver.pending == 0,
                                      max_cycles=200 * (n + 200))
         cycles += await self.loop.run(until=lambda: not int(self.dut.busy.value),

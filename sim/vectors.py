@@ -436,16 +436,28 @@ class VectorSim:
             "toplevel": name,
             "verilator_args": VERILATOR_ARGS,
             "make_args": MAKE_ARGS,
-            "template": _CXX_TEMPLATE,
+            "template": self._loop_template,
             "loop_version": _LOOP_VERSION,
             "max_width": MAX_WIDTH,
             "verilator": _verilator_version(),
         })
-        self._dir = build_root() / f"{name}-vectors-{self._key[:12]}"
+        self._dir = build_root() / f"{name}-{self._kind}-{self._key[:12]}"
         self._built = self._build(text)
         self._build_time = time.perf_counter() - start
 
     # -- build ---------------------------------------------------------------------------------
+    # Subclasses with another C++ loop (qaccel.sim.streamsim.StreamSim) override these four.
+
+    #: Build directory kind: ``<build root>/<name>-<kind>-<hash>``.
+    _kind = "vectors"
+    #: C++ source file name of the loop.
+    _loop_file = "vectors_main.cpp"
+    #: The loop's template text (part of the build key).
+    _loop_template = _CXX_TEMPLATE
+
+    def _loop_source(self, ports: Sequence[Port]) -> str:
+        """Return the C++ loop for ``ports``."""
+        return _cxx_main(ports)
 
     def _reuse(self) -> bool:
         stamp = self._dir / _STAMP
@@ -498,10 +510,10 @@ class VectorSim:
                                      "(has Verilator's header format changed?)")
                 self._ports = {p.name: p for p in ports}
                 self._loop_in, self._loop_out = _loop_ports(ports)
-                (self._dir / "vectors_main.cpp").write_text(_cxx_main(ports))
+                (self._dir / self._loop_file).write_text(self._loop_source(ports))
                 make = [a for arg in MAKE_ARGS for a in ("-MAKEFLAGS", arg)]
                 self._verilate(["--exe", "--build", "-j", str(BUILD_JOBS), "-o", _EXE, *make,
-                                "vectors_main.cpp"], log)
+                                self._loop_file], log)
             if not (self._dir / "obj_dir" / _EXE).is_file():
                 raise BuildError(f"the Verilator build in {self._dir} produced no {_EXE}"
                                  f"{log_tail(self._dir / 'build.log')}")

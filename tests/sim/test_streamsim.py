@@ -6,6 +6,7 @@ on jobs from qaccel.sim.matrix plus a 200k-element per-axis job, checked with ch
 
 from __future__ import annotations
 
+import resource
 import time
 
 import numpy as np
@@ -38,11 +39,11 @@ pytestmark = [
 ]
 
 WIDE = 100
-#: Cycles from an input transfer to its output transfer in PlusOne, without pauses.
+#: Cycles from an input transfer to its output transfer in PlusN, without pauses.
 PLUS_LATENCY = 3
 
 
-class PlusOne(wiring.Component):
+class PlusN(wiring.Component):
     """Two independent channels, ``a`` (16 bits) to ``p`` and ``w`` (100 bits) to ``q``: each
     adds ``amount`` (wrapping) in a register stage followed by a 4-beat FIFO. ``start`` loads
     ``amount`` from ``inc`` (0 after reset). ``busy``: a beat in a register or a FIFO."""
@@ -93,12 +94,17 @@ class Broken(wiring.Component):
 
 @pytest.fixture(scope="module")
 def plus() -> StreamSim:
-    return StreamSim(PlusOne(), name="streamsim_plus")
+    return StreamSim(PlusN(), name="streamsim_plus")
 
 
 @pytest.fixture(scope="module")
 def broken() -> StreamSim:
     return StreamSim(Broken(), name="streamsim_broken")
+
+
+def child_cpu() -> float:
+    """CPU seconds used by finished child processes (the loop), robust to a busy machine."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
 
 
 def wide_beats(rng, n: int) -> list[int]:
@@ -124,9 +130,9 @@ def test_random_pauses_every_beat_once_in_order(plus):
     a = rng.integers(0, 1 << 16, 200_000, dtype=np.uint16)
     w = wide_beats(rng, 20_000)
     kw = dict(phases=[["start"], ["a", "w"]], idle=0.3, backpressure=0.3, seed=7)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), child_cpu()
     r = plus.run({"a": a, "w": w}, {"inc": 5}, **kw)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, child_cpu() - c0
     np.testing.assert_array_equal(r.outputs["p"], (a.astype(np.int64) + 5) & 0xFFFF)
     assert r.outputs["p"].dtype == np.uint16
     assert r.outputs["q"].shape == (len(w), 2)
@@ -144,7 +150,7 @@ def test_random_pauses_every_beat_once_in_order(plus):
     assert r.cycles > r.output_cycles["p"][-1]
     beats = len(a) + len(w)
     print(f"\n{beats} beats with pauses in {r.cycles} cycles: {beats / wall / 1e6:.2f}M beats/s "
-          f"(run {wall:.2f} s, loop {plus.last_run.sim:.2f} s)")
+          f"(run {wall:.2f} s, loop {plus.last_run.sim:.2f} s, loop CPU {cpu:.2f} s)")
     # Reproducible from the seed.
     r2 = plus.run({"a": a[:1000], "w": w[:100]}, {"inc": 5}, **kw)
     r3 = plus.run({"a": a[:1000], "w": w[:100]}, {"inc": 5}, **kw)
@@ -156,15 +162,15 @@ def test_throughput_and_latency(plus):
     """No pauses: one beat per cycle in and out, every beat after the same latency."""
     n = 300_000
     a = np.arange(n, dtype=np.uint64) & 0xFFFF
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), child_cpu()
     r = plus.run({"a": a}, until_idle="busy")
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, child_cpu() - c0
     np.testing.assert_array_equal(r.accepted["a"], np.arange(n))
     np.testing.assert_array_equal(r.output_cycles["p"], np.arange(n) + PLUS_LATENCY)
     np.testing.assert_array_equal(r.outputs["p"], a)
     assert r.outputs["q"].shape == (0, 2)
     print(f"\n{n} beats at 1 beat/cycle: {n / wall / 1e6:.2f}M beats/s "
-          f"(loop {n / plus.last_run.sim / 1e6:.2f}M cycles/s)")
+          f"(loop {n / plus.last_run.sim / 1e6:.2f}M cycles/s, {n / cpu / 1e6:.2f}M per CPU s)")
 
 
 def test_pulse_cycle_and_expect(plus):
@@ -191,6 +197,16 @@ def test_segments(plus):
         # w is fed after the last beat of a (phases); cycles count from the segment start
         assert r.accepted["w"][0] > r.accepted["a"][-1] >= r.accepted["a"][0] >= 1
         assert r.cycles > max(r.output_cycles["p"][-1], r.output_cycles["q"][-1])
+
+
+def test_negative_and_wide_values(plus):
+    """Negative Python ints are two's complement; wide payloads also as (n, 2) word arrays."""
+    w = np.array([[2**64 - 1, 2**36 - 1], [5, 1]], np.uint64)
+    r = plus.run({"a": [-1, -2, 3, 65535], "w": w})
+    np.testing.assert_array_equal(r.outputs["p"], [0xFFFF, 0xFFFE, 3, 0xFFFF])
+    np.testing.assert_array_equal(r.outputs["q"], w)
+    r = plus.run({"w": [-1, 1 << 99]})
+    assert as_ints(r.outputs["q"]) == [(1 << WIDE) - 1, 1 << 99]
 
 
 @pytest.mark.parametrize("mode, message", [
@@ -222,8 +238,11 @@ def test_max_cycles(plus):
     (lambda s: s.run({"x": [1]}), ValueError, "no input stream 'x'; its input streams are: a, w"),
     (lambda s: s.run({"a": [1]}, {"a": 1}), ValueError, "has no plain input 'a'"),
     (lambda s: s.run({"a": [1 << 16]}), ValueError, "outside"),
-    (lambda s: s.run({"a": [1.5]}), TypeError, "integer array"),
-    (lambda s: s.run({"w": [1 << WIDE]}), ValueError, "does not fit 100 bits"),
+    (lambda s: s.run({"a": [1.5]}), TypeError, "must hold integers (bit patterns), not 1.5"),
+    (lambda s: s.run({"a": np.array([1.5])}), TypeError, "integer array"),
+    (lambda s: s.run({"a": [-1, -(1 << 15) - 1]}), ValueError, "outside [-32768, 65535]"),
+    (lambda s: s.run({"w": np.ones(3, np.uint64)}), ValueError, "shape (n, 2)"),
+    (lambda s: s.run({"w": [1 << WIDE]}), ValueError, "outside"),
     (lambda s: s.run({"a": 3}), TypeError, "array of beats"),
     (lambda s: s.run({"a": [1]}, {"inc": 256}), ValueError, "cannot hold 256"),
     (lambda s: s.run({"a": [1]}, idle=1.5), ValueError, "idle must be in [0, 1], not 1.5"),
@@ -238,7 +257,9 @@ def test_max_cycles(plus):
     (lambda s: s.run({"a": [1]}, seed=-1), ValueError, "seed must be in"),
     (lambda s: s.run({"a": [1]}, watchdog=0), ValueError, "watchdog must be in"),
     (lambda s: s.run_segments([]), ValueError, "at least one Segment"),
-    (lambda s: s.run_segments([{"a": [1]}]), TypeError, "segments[0] must be a Segment"),
+    (lambda s: s.run_segments([{"a": [1]}]), TypeError, "segments[0]: must be a Segment"),
+    (lambda s: s.run_segments([Segment({"a": [1]}), Segment({"p": [1]})]), ValueError,
+     "segments[1]: streamsim_plus has no input stream 'p'"),
 ])
 def test_argument_errors(plus, call, exc, message):
     with pytest.raises(exc) as info:
@@ -250,7 +271,7 @@ def test_not_a_component():
     with pytest.raises(TypeError, match="wiring.Component"):
         StreamSim(object())
     with pytest.raises(ValueError, match="Verilog identifier"):
-        StreamSim(PlusOne(), name="no good")
+        StreamSim(PlusN(), name="no good")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,7 +297,9 @@ def quantize():
 
 def test_quantize_paused(quantize):
     unit, jobs, sim = quantize
+    c0 = child_cpu()
     results = run_elementwise_fast(unit, jobs, idle=0.3, backpressure=0.3, seed=3)
+    cpu = child_cpu() - c0
     check_jobs(jobs, results)
     beats = sum(r.beats for r in results)
     assert beats == sum(len(j.y) for j in jobs) > 100_000
@@ -284,22 +307,28 @@ def test_quantize_paused(quantize):
     assert 0.4 < big.beats_per_cycle < 0.8, big.beats_per_cycle
     print(f"\nQuantize, idle/back-pressure 0.3: {len(jobs)} jobs, {beats} beats checked at "
           f"{beats / sim.last_run.wall / 1e6:.2f}M beats/s ({sim.last_run.cycles} cycles, "
-          f"loop {sim.last_run.cycles / sim.last_run.sim / 1e6:.2f}M cycles/s)")
+          f"loop {sim.last_run.cycles / sim.last_run.sim / 1e6:.2f}M cycles/s, "
+          f"{sim.last_run.cycles / cpu / 1e6:.2f}M per CPU s)")
 
 
 def test_quantize_throughput(quantize):
     unit, jobs, sim = quantize
+    c0 = child_cpu()
     results = run_elementwise_fast(unit, jobs)
+    cpu = child_cpu() - c0
     check_jobs(jobs, results)
     for job, r in zip(jobs, results, strict=True):
         assert r.latency == unit.latency, (job.label, r.latency)
         assert r.beats_per_cycle == 1.0 and r.x_beats_per_cycle == 1.0, job.label
     big = results[-1]
     assert big.beats >= 100_000 and big.beats_per_cycle >= 0.99
+    # One simulator per (unit class, configuration, name): no second Verilog emission.
+    assert elementwise_sim(Quantize(AccelConfig(**SMALL_Q)), name="streamsim_quantize") is sim
     assert big.cycles < big.beats + len(jobs[-1].table) + 100
     beats = sum(r.beats for r in results)
     print(f"\nQuantize, no pauses: {beats} beats at {beats / sim.last_run.wall / 1e6:.2f}M "
-          f"beats/s, latency {unit.latency}, {big.beats_per_cycle:.4f} beats/cycle")
+          f"beats/s ({beats / cpu / 1e6:.2f}M per CPU s), latency {unit.latency}, "
+          f"{big.beats_per_cycle:.4f} beats/cycle")
 
 
 def test_check_jobs_names_job_and_beat(quantize):
@@ -315,8 +344,9 @@ def test_check_jobs_names_job_and_beat(quantize):
     check_jobs([job], [JobResult(job.label, tail, good.y_cycles, good.x_cycles, 99)])
     bad = list(job.y)
     bad[7] ^= 0x10
-    with pytest.raises(AssertionError, match=rf"job 0 \('{job.label}'\): y beat 7 of "
-                                             rf"{len(job.y)} is .* bits 0x10 differ"):
+    pattern = (rf"job 0 \('{job.label}'\): y beat 7 of {len(job.y)} is 0x[0-9a-f]+, "
+               rf"expected 0x[0-9a-f]+ \(bits 0x10 differ; cycle 7\)")
+    with pytest.raises(AssertionError, match=pattern):
         check_jobs([job], [JobResult(job.label, bad, good.y_cycles, good.x_cycles, 99)])
     with pytest.raises(AssertionError, match="3 y beats received, "):
         check_jobs([job], [JobResult(job.label, bad[:3], good.y_cycles, good.x_cycles, 99)])

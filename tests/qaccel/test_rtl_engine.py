@@ -1,0 +1,259 @@
+# amaranth: UnusedElaboratable=no
+"""qaccel.RTL: the golden API answered by the simulated Quantize and Dequantize units.
+
+Simulator tests (default configuration, so they share the builds of tests/sim): a handful of
+calls compared bit for bit with the golden model, a scale table split (along the outer and
+along an inner dimension), the run record, the cocotb capture path on Verilator (with pauses)
+and on Icarus, ``qaccel sim``. Without a simulator: errors mirror the golden model's, the
+returned array is the decoded beats (a fake harness), constructor errors.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import qaccel
+from qaccel import cli
+from qaccel.engine import RTL, RTLMismatchError, RunRecord, example_call
+from qaccel.model.config import AccelConfig
+from qaccel.sim.jobs import codes_of
+from qaccel.sim.runner import missing_simulator
+
+
+def needs(simulator: str):
+    """Mark a test ``sim`` and skip it when ``simulator`` is missing."""
+    reason = missing_simulator(simulator)
+
+    def mark(test):
+        return pytest.mark.sim(pytest.mark.skipif(reason is not None, reason=reason or "")(test))
+    return mark
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)
+    np.testing.assert_array_equal(codes_of(a), codes_of(b))
+
+
+@pytest.fixture(scope="module")
+def rtl():
+    return RTL()
+
+
+#: (op, example_call arguments): every granularity, several types; small tensors.
+CALLS = {
+    "q-f32-int8-per-axis": ("quantize", dict(shape=(4, 33), axis=1)),
+    "q-f16-uint4-blocked": ("quantize", dict(shape=(3, 20), axis=1, block_size=8,
+                                             dtype="float16", scale_dtype="float16",
+                                             output_dtype="uint4")),
+    "q-bf16-e4m3fn-per-tensor": ("quantize", dict(shape=(5, 7), dtype="bfloat16",
+                                                  output_dtype="float8e4m3fn",
+                                                  zero_point=False)),
+    "q-int32-int16-per-axis": ("quantize", dict(shape=(6, 5), axis=0, dtype="int32",
+                                                scale_dtype="int32", output_dtype="int16")),
+    "dq-int4-bf16-blocked": ("dequantize", dict(shape=(16, 6), axis=0, block_size=4,
+                                                dtype="int4", scale_dtype="bfloat16")),
+    "dq-e5m2-f16-per-axis": ("dequantize", dict(shape=(3, 9), axis=1, dtype="float8e5m2",
+                                                scale_dtype="float16")),
+    "dq-int32-f32-per-tensor": ("dequantize", dict(shape=(17,), dtype="int32")),
+    "dml-f16-uint8": ("dml", dict(shape=(2, 3, 8), axis=2, dtype="float16",
+                                  output_dtype="uint8")),
+}
+GOLDEN = {"quantize": qaccel.quantize_linear, "dequantize": qaccel.dequantize_linear,
+          "dml": qaccel.dml_quantize_linear}
+METHOD = {"quantize": "quantize_linear", "dequantize": "dequantize_linear",
+          "dml": "dml_quantize_linear"}
+
+
+def call(engine, op, args, kwargs):
+    return getattr(engine, METHOD[op])(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Simulated
+
+
+@needs("verilator")
+@pytest.mark.parametrize("case", CALLS)
+def test_rtl_returns_golden_arrays(rtl, case):
+    op, kw = CALLS[case]
+    args, kwargs = example_call(op, seed=len(case), **kw)
+    same_bits(call(rtl, op, args, kwargs), GOLDEN[op](*args, **kwargs))
+    assert rtl.last_run.op == op and rtl.last_run.jobs == 1
+
+
+@needs("verilator")
+@pytest.mark.parametrize("shape, axis, block_size, jobs", [
+    ((40, 64), 1, 2, 2),          # blocked: 1280 scales, split into whole rows
+    ((1100, 3), 0, 0, 2),         # per-axis along the outer axis
+    ((2, 1500), 1, 0, 2),         # per-axis along the inner axis: boxes of 1024 columns
+], ids=["blocked-rows", "per-axis-outer", "per-axis-inner"])
+def test_table_split(rtl, shape, axis, block_size, jobs):
+    args, kwargs = example_call("quantize", shape, axis=axis, block_size=block_size, seed=3)
+    same_bits(rtl.quantize_linear(*args, **kwargs), qaccel.quantize_linear(*args, **kwargs))
+    run = rtl.last_run
+    assert run.jobs == jobs and run.elements == np.prod(shape)
+    assert run.load_cycles == args[1].size + jobs     # every scale loaded once, a start each
+    dq_args, dq_kwargs = example_call("dequantize", shape, axis=axis, block_size=block_size,
+                                      seed=4)
+    same_bits(rtl.dequantize_linear(*dq_args, **dq_kwargs),
+              qaccel.dequantize_linear(*dq_args, **dq_kwargs))
+    assert rtl.last_run.jobs == jobs
+
+
+@needs("verilator")
+def test_last_run_record(rtl):
+    args, kwargs = example_call("quantize", (8, 64), axis=1, seed=5)
+    rtl.quantize_linear(*args, **kwargs)
+    run = rtl.last_run
+    assert isinstance(run, RunRecord)
+    assert (run.op, run.simulator, run.jobs, run.elements, run.beats) == (
+        "quantize", "verilator", 1, 512, 512)
+    assert run.harness in ("stream", "cocotb") and isinstance(run.build_reused, bool)
+    unit = rtl._unit("quantize")
+    assert run.latency == unit.latency
+    assert run.load_cycles == 64 + 1
+    # table, start, the index generator's start latency, the beats, the pipeline, then idle
+    assert run.beats + run.load_cycles + unit.latency <= run.cycles <= run.beats + 200
+    assert 0.5 < run.beats_per_cycle < 1 and run.wall_time > 0 and run.elements_per_second > 0
+    assert "beats/cycle" in run.summary()
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("simulator", [
+    pytest.param(s, marks=pytest.mark.skipif(missing_simulator(s) is not None,
+                                             reason=missing_simulator(s) or ""))
+    for s in ("verilator", "icarus")])
+def test_cocotb_capture(simulator):
+    """The cocotb testbench in capture mode (Verilator with random pauses; Icarus)."""
+    seen = []
+    pauses = 0.3 if simulator == "verilator" else 0.0
+    engine = RTL(simulator=simulator, harness="cocotb", idle=pauses, backpressure=pauses,
+                 seed=7, progress=lambda done, total: seen.append((done, total)))
+    args, kwargs = example_call("quantize", (3, 10), axis=0, output_dtype="int4", seed=6)
+    same_bits(engine.quantize_linear(*args, **kwargs), qaccel.quantize_linear(*args, **kwargs))
+    run = engine.last_run
+    assert (run.simulator, run.harness, run.beats) == (simulator, "cocotb", 30)
+    assert seen[0] == (0, 30) and seen[-1] == (30, 30)
+    if pauses:
+        assert run.cycles > 30 + run.load_cycles + 75
+
+
+@needs("verilator")
+def test_cli_sim(capsys):
+    assert cli.main(["sim", "quantize", "--shape", "6,40", "--axis", "1", "--block-size", "8",
+                     "--output-dtype", "int4"]) == 0
+    out = capsys.readouterr().out
+    assert "golden model: bit-exact (240 elements, output int4)" in out
+    assert "beats/cycle" in out and "latency" in out
+    assert cli.main(["sim", "dml", "--shape", "4,5", "--axis", "0"]) == 0
+    assert "bit-exact" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# Without a simulator
+
+
+def test_signatures_match_the_golden_api():
+    for op, method in METHOD.items():
+        golden = inspect.signature(GOLDEN[op]).parameters
+        ours = inspect.signature(getattr(RTL, method)).parameters
+        assert list(ours)[1:] == list(golden), op
+        assert [p.default for p in list(ours.values())[1:]] == [
+            p.default for p in golden.values()], op
+
+
+def test_import_qaccel_loads_no_amaranth():
+    import subprocess
+    import sys
+
+    code = ("import sys, qaccel; r = qaccel.RTL(); "
+            "assert 'amaranth' not in sys.modules, 'amaranth imported eagerly'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+ERRORS = [
+    ("quantize", (np.float32([1, 2]), np.float64(1.0)), {}),
+    ("quantize", (np.float32([[1, 2]]), np.float32([1, 2, 3])), {"axis": 1}),
+    ("quantize", (np.float32([1, 2]), np.float32(1)), {"saturate": 2}),
+    ("quantize", (np.float32([1, 2]), np.float32(1), np.int8(0)), {"output_dtype": np.uint8}),
+    ("dequantize", (np.int8([1, 2]), np.float32(1), np.uint8(0)), {}),
+    ("dequantize", (np.float32([1, 2]), np.float32(1)), {}),
+    ("dequantize", (np.int8([[1, 2, 3, 4]]), np.float32([[1, 2, 3]])),
+     {"axis": 1, "block_size": 2}),
+    ("dml", (np.float32([1, 2]), np.float16([1, 1])), {}),
+    ("dml", (np.float32([[1, 2]]), np.float32([1, 1])), {}),
+]
+
+
+@pytest.mark.parametrize("op, args, kwargs", ERRORS, ids=range(len(ERRORS)))
+def test_errors_mirror_the_golden_model(op, args, kwargs):
+    with pytest.raises((TypeError, ValueError)) as want:
+        GOLDEN[op](*args, **kwargs)
+    with pytest.raises(want.type) as got:
+        call(RTL(), op, args, kwargs)
+    assert str(got.value) == str(want.value)
+
+
+def test_error_type_not_carried():
+    engine = RTL(AccelConfig(q_outputs=("int8", "uint8")))
+    with pytest.raises(ValueError, match=r"does not carry output type uint4 "
+                                         r"\(config.q_outputs = \('int8', 'uint8'\)\)"):
+        engine.quantize_linear(np.float32([1]), np.float32(1), output_dtype=ml_dtypes.uint4)
+    engine = RTL(AccelConfig(dq_inputs=("int8",), scales=("float32", "int32")))
+    with pytest.raises(ValueError, match="does not carry x_scale type float16"):
+        engine.dequantize_linear(np.int8([1]), np.float16(1))
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(config={"lanes": 2}), TypeError, "config must be an AccelConfig"),
+    (dict(simulator="xsim"), ValueError, "simulator must be one of verilator, icarus"),
+    (dict(harness="fast"), ValueError, "harness must be one of auto, cocotb, stream"),
+    (dict(simulator="icarus", harness="stream"), ValueError, "Verilator only"),
+    (dict(check=1), TypeError, "check must be a bool"),
+    (dict(idle=1.0), ValueError, r"idle must be a probability in \[0, 1\), not 1.0"),
+    (dict(backpressure=-0.1), ValueError, "backpressure must be a probability"),
+    (dict(seed=1.5), TypeError, "seed must be an integer"),
+])
+def test_constructor_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        RTL(**kwargs)
+
+
+def test_empty_tensor_needs_no_simulation():
+    engine = RTL()
+    y = engine.quantize_linear(np.zeros((0, 4), np.float32), np.float32(1), np.uint8(3))
+    assert y.shape == (0, 4) and y.dtype == np.uint8
+    assert engine.last_run.jobs == 0 and engine.last_run.harness == "none"
+
+
+@pytest.fixture
+def fake_harness(monkeypatch):
+    """Replace the simulator by a harness answering code 1 for every element."""
+    def run(self, unit, jobs, name):
+        width = unit.signature.members["y"].signature.members["payload"].shape["data"] \
+            .shape.elem_shape.width
+        beats = []
+        for job in jobs:
+            assert job.y == [], "the simulator must not see the expected beats"
+            b = [sum(1 << (k * width) for k in range(self.config.lanes))] * len(job.x)
+            b[-1] |= 1 << (self.config.lanes * width)
+            beats.append(b)
+        return beats, 10 * len(jobs), len(jobs), 3, False
+
+    monkeypatch.setattr(RTL, "_harness", lambda self: "cocotb")
+    monkeypatch.setattr(RTL, "_run_cocotb", run)
+
+
+def test_returns_the_decoded_beats_not_the_golden_result(fake_harness):
+    x, s = np.float32([[-300, 0, 7]]), np.float32([1, 1, 1])
+    y = RTL().quantize_linear(x, s, axis=1, output_dtype=np.int8)
+    np.testing.assert_array_equal(y, np.int8([[1, 1, 1]]))
+    with pytest.raises(RTLMismatchError, match=r"at 3 of 3 elements; first at index \(0, 0\): "
+                                               r"RTL code 0x1 \(np.int8\(1\)\), golden 0x80"):
+        RTL(check=True).quantize_linear(x, s, axis=1, output_dtype=np.int8)
+    y = RTL().dequantize_linear(np.array([[1, 1]], ml_dtypes.int4), np.float32(1))
+    assert y.dtype == np.float32 and codes_of(y).tolist() == [1, 1]   # not 1.0: the beats
