@@ -86,15 +86,15 @@ class DequantizeLane(wiring.Component):
         self._dec_x = Decode(c.dq_inputs, sig_width=W, exp_width=E)
         self._dec_zp = Decode(c.dq_inputs, sig_width=W, exp_width=E)
         self._dec_s = Decode(scales, sig_width=24, exp_width=E + 1)
-        self._round_x = FloatRound(("float32",), sig_width=W, exp_width=E, latency=2)
+        self._round_x = FloatRound(("float32",), sig_width=W, exp_width=E, latency=3)
         self._sub = FloatAdd(a_width=W, b_width=W, exp_width=E, out_width=_DIFF_WIDTH,
-                             latency=2)
+                             latency=3)
         self._mul = FloatMul(a_width=_DIFF_WIDTH, b_width=24, exp_width=E + 1, latency=2)
         P = _DIFF_WIDTH + 24
         wide = ("float32", "float64")
         self._round_p = FloatRound(wide, sig_width=P, exp_width=E + 2, latency=3)
-        self._round_b = FloatRound(wide, sig_width=P, exp_width=E + 2, latency=2)
-        self._round_out = FloatRound(c.dq_outputs, sig_width=P, exp_width=E + 2, latency=2)
+        self._round_b = FloatRound(wide, sig_width=P, exp_width=E + 2, latency=3)
+        self._round_out = FloatRound(c.dq_outputs, sig_width=P, exp_width=E + 2, latency=3)
         self._latency = (self._dec_x.latency + self._round_x.latency + self._sub.latency
                          + self._mul.latency + self._round_p.latency + self._round_b.latency
                          + self._round_out.latency + 1)

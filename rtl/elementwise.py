@@ -12,6 +12,11 @@ from qaccel.rtl.scale_index import ScaleIndex
 
 __all__ = ["Elementwise"]
 
+#: Cycles from an accepted beat to the lanes' inputs: the table's synchronous read, then a
+#: register on the read data (the block RAM's output is slow; decoding it in the same cycle
+#: limited Fmax).
+_TABLE_STAGES = 2
+
 
 class Elementwise(wiring.Component):
     """Apply a per-element datapath (a *lane*) to a stream of ``lanes`` elements per beat, each
@@ -39,7 +44,8 @@ class Elementwise(wiring.Component):
     output FIFO has room for every beat in flight (a credit counter), so back-pressure on
     ``y`` never drops or duplicates a beat, and with ``y.ready`` held high one beat per cycle
     is sustained. Latency from an ``x`` transfer to its ``y`` beat being offered is
-    :attr:`latency` cycles: one for the table read, the lane's latency, and the FIFO's two.
+    :attr:`latency` cycles: two for the table read (registered), the lane's latency, and the
+    FIFO's two.
 
     Members
     -------
@@ -105,7 +111,7 @@ class Elementwise(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from an ``x`` transfer to its ``y`` beat being offered (no back-pressure)."""
-        return 1 + self.lane_latency + 2
+        return _TABLE_STAGES + self.lane_latency + 2
 
     @property
     def start_latency(self) -> int:
@@ -162,17 +168,21 @@ class Elementwise(wiring.Component):
         for k, rd in enumerate(reads):
             m.d.comb += [rd.addr.eq(index.o.payload.index[k]), rd.en.eq(fire)]
 
-        # -- stage 1: table read; then the lanes ------------------------------------------------
+        # -- stages 1-2: table read, registered read data; then the lanes ---------------------
         x1 = Signal.like(self.x.payload, reset_less=True)
-        valid = Signal(1 + self.lane_latency)           # a shift register of valid bits
-        last = Signal(1 + self.lane_latency)
+        x2 = Signal.like(self.x.payload, reset_less=True)
+        depth = _TABLE_STAGES + self.lane_latency
+        valid = Signal(depth)                           # a shift register of valid bits
+        last = Signal(depth)
         with m.If(fire):
             m.d.sync += x1.eq(self.x.payload)
-        m.d.sync += [valid.eq((valid << 1) | fire),
+        m.d.sync += [x2.eq(x1), valid.eq((valid << 1) | fire),
                      last.eq((last << 1) | (fire & index.o.payload.last))]
         for k, (lane, rd) in enumerate(zip(self._lanes, reads, strict=True)):
-            m.d.comb += [lane.x.eq(x1[k]), lane.scale.eq(rd.data.scale),
-                         lane.zero_point.eq(rd.data.zero_point)]
+            entry2 = Signal.like(rd.data, reset_less=True, name=f"entry{k}")
+            m.d.sync += entry2.eq(rd.data)
+            m.d.comb += [lane.x.eq(x2[k]), lane.scale.eq(entry2.scale),
+                         lane.zero_point.eq(entry2.zero_point)]
 
         # -- output FIFO -----------------------------------------------------------------------
         result = Signal(self.y.payload.shape())

@@ -111,8 +111,8 @@ class QuantizeLane(wiring.Component):
         c, W, E, Q = self._config, self._sig, self._exp, self._q_width
         self._dec_x = Decode(c.q_inputs, sig_width=W, exp_width=E)
         self._dec_s = Decode(c.scales, sig_width=W, exp_width=E)
-        self._cast_x = FloatRound(self._casts, sig_width=W, exp_width=E, latency=2)
-        self._cast_s = FloatRound(self._casts, sig_width=W, exp_width=E, latency=2)
+        self._cast_x = FloatRound(self._casts, sig_width=W, exp_width=E, latency=3)
+        self._cast_s = FloatRound(self._casts, sig_width=W, exp_width=E, latency=3)
         self._div = FloatDivide(a_width=W, b_width=W, q_width=Q, exp_width=E,
                                 bits_per_stage=c.divider_bits_per_stage)
         self._round_q = FloatRound(c.precisions, sig_width=Q, exp_width=E + 2, latency=3)
@@ -129,18 +129,18 @@ class QuantizeLane(wiring.Component):
             if self._has_fp4:
                 self._dec_zp = Decode(("float4e2m1",), sig_width=2, exp_width=E + 2, latency=0)
                 self._add_zp = FloatAdd(a_width=Q, b_width=2, exp_width=E + 2, out_width=Q,
-                                        latency=2)
+                                        latency=3)
                 self._round_c = FloatRound(self._computes, sig_width=Q, exp_width=E + 3,
-                                           latency=2)
+                                           latency=3)
                 float_latency += self._add_zp.latency + self._round_c.latency
             if "float64" in self._computes:
                 self._round_32 = FloatRound(("float32",), sig_width=Q,
                                             exp_width=E + 3 if self._has_fp4 else E + 2,
-                                            latency=2)
+                                            latency=3)
                 float_latency += self._round_32.latency
             self._round_out = FloatRound(self._float_outs, sig_width=Q,
                                          exp_width=E + 3 if self._has_fp4 else E + 2,
-                                         latency=2)
+                                         latency=3)
             float_latency += self._round_out.latency
         self._tail = max(int_latency, float_latency)
         self._int_latency, self._float_latency = int_latency, float_latency
