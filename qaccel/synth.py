@@ -450,7 +450,8 @@ def synthesize(
     :exc:`SynthToolNotFoundError`
         If a YoWASP package is missing.
     :exc:`DesignDoesNotFitError`
-        If nextpnr cannot fit the design in the device.
+        If nextpnr cannot fit the design in the device (cached like a result: the message
+        then starts with ``(cached)``).
     :exc:`SynthToolError`
         If Yosys or nextpnr fails otherwise (the message quotes the end of its log).
     """
@@ -487,9 +488,13 @@ def synthesize(
     stamp = build_dir / _RESULT
 
     with file_lock(build_dir / ".lock"):
-        with contextlib.suppress(ValueError, OSError, TypeError, KeyError):
+        saved = None
+        with contextlib.suppress(ValueError, OSError):
             saved = json.loads(stamp.read_text())
-            if saved.get("key") == key:
+        if isinstance(saved, dict) and saved.get("key") == key:
+            if "does_not_fit" in saved:
+                raise DesignDoesNotFitError(f"(cached) {saved['does_not_fit']}")
+            with contextlib.suppress(TypeError, KeyError, ValueError):
                 result = SynthResult.from_dict(saved["result"])
                 return dataclasses.replace(result, cached=True, build_dir=build_dir)
         stamp.unlink(missing_ok=True)
@@ -500,8 +505,12 @@ def synthesize(
                           log=build_dir / "yosys.log")
         cells = {c: n for c, n in _count_cells(build_dir / f"{name}.json", name).items()
                  if c != "$scopeinfo"}          # hierarchy notes, not hardware
-        nextpnr_time = _run(t.nextpnr_package, nextpnr_args, cwd=build_dir,
-                            log=build_dir / "nextpnr.log")
+        try:
+            nextpnr_time = _run(t.nextpnr_package, nextpnr_args, cwd=build_dir,
+                                log=build_dir / "nextpnr.log")
+        except DesignDoesNotFitError as e:      # deterministic: remembered like a result
+            stamp.write_text(json.dumps({"key": key, "does_not_fit": str(e)}, indent=1))
+            raise
         report = json.loads((build_dir / "report.json").read_text())
         fmax = report.get("fmax", {})
         if not fmax:
