@@ -37,6 +37,8 @@ __all__ = ["HARNESSES", "RTL", "RTLMismatchError", "RunRecord", "example_call"]
 HARNESSES = ("auto", "cocotb", "stream")
 _SIMULATORS = ("verilator", "icarus")
 _UNIT_OF = {"quantize": "quantize", "dml": "quantize", "dequantize": "dequantize"}
+#: With a progress report, the stream harness runs jobs in batches of at least this many beats.
+STREAM_BATCH_BEATS = 1 << 18
 #: Units by (kind, AccelConfig), shared by the RTL instances of one configuration.
 _UNITS: dict = {}
 #: Stream harness builds by ``id(unit)`` (units in :data:`_UNITS` live as long as the process).
@@ -132,7 +134,7 @@ class RTL:
 
     Members
     -------
-    config, simulator, check : as given
+    config, simulator, check, harness, idle, backpressure, seed, progress : as given
     last_run : RunRecord or None
         The record of the last call.
 
@@ -142,12 +144,16 @@ class RTL:
         ``config`` is not an AccelConfig, ``check`` not a bool, ``seed`` not an integer.
     ValueError
         Unknown ``simulator`` or ``harness``, ``"stream"`` with Icarus, a pause probability
-        outside ``[0, 1)``.
+        outside ``[0, 1)``, a negative ``seed``.
 
-    The units are built on first use, once per instance (a build of the same design on disk
-    is reused). Each call raises what the golden function raises for invalid arguments, and
-    ValueError naming the configuration field when the instance does not carry a type the
-    call needs. Simulator failures raise :mod:`qaccel.sim.runner`'s exceptions.
+    The Quantize and Dequantize units are created and built on first use, once per
+    configuration in a process (a finished build on disk is reused, see
+    :func:`qaccel.sim.elementwise_sim.elementwise_build` and :mod:`qaccel.sim.streamsim`).
+    Each call raises what the golden function raises for invalid arguments, and ValueError
+    naming the configuration field when the instance does not carry a type the call needs.
+    Simulator failures raise :mod:`qaccel.sim.runner`'s exceptions
+    (:exc:`~qaccel.sim.runner.SimulatorNotFoundError`, :exc:`~qaccel.sim.runner.BuildError`,
+    :exc:`~qaccel.sim.runner.SimulationError` and its subclasses).
     """
 
     def __init__(self, config=None, simulator: str = "verilator", *, check: bool = False,
@@ -177,7 +183,7 @@ class RTL:
         self.check = check
         self.harness = harness
         self.idle, self.backpressure = float(idle), float(backpressure)
-        self.seed = check_int("seed", seed)
+        self.seed = check_int("seed", seed, 0, (1 << 64) - 1)
         self.progress = progress
         self.last_run: RunRecord | None = None
         self._units: dict = {}
@@ -213,15 +219,15 @@ class RTL:
             return self._empty("quantize", want, t0)
         layout = scale_layout(x.shape, y_scale.shape, axis, block_size, param="y_scale")
         unit = self._unit("quantize")
-        jobs, boxes = [], []
-        for box in self._boxes(layout):
+        label = f"Q {dtype_name(x.dtype)} -> {dtype_name(want.dtype)}"
+
+        def job(box):
             s_box = self._onnx_scale_box(layout, box, axis, block_size)
-            jobs.append(quantize_job(
-                unit, _sub(x, box), _sub(y_scale, s_box), _sub(zp, s_box), axis=axis,
-                block_size=block_size, output_dtype=output_dtype, saturate=saturate,
-                precision=precision,
-                label=f"Q {dtype_name(x.dtype)} -> {dtype_name(want.dtype)} {box}"))
-            boxes.append(box)
+            return quantize_job(unit, _sub(x, box), _sub(y_scale, s_box), _sub(zp, s_box),
+                                axis=axis, block_size=block_size, output_dtype=output_dtype,
+                                saturate=saturate, precision=precision, label=f"{label} {box}")
+
+        jobs, boxes = self._plan(layout, job)
         return self._execute("quantize", unit, jobs, boxes, want, t0)
 
     def dequantize_linear(self, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
@@ -246,14 +252,15 @@ class RTL:
             return self._empty("dequantize", want, t0)
         layout = scale_layout(x.shape, x_scale.shape, axis, block_size, param="x_scale")
         unit = self._unit("dequantize")
-        jobs, boxes = [], []
-        for box in self._boxes(layout):
+        label = f"DQ {dtype_name(x.dtype)} -> {dtype_name(want.dtype)}"
+
+        def job(box):
             s_box = self._onnx_scale_box(layout, box, axis, block_size)
-            jobs.append(dequantize_job(
-                unit, _sub(x, box), _sub(x_scale, s_box), _sub(zp, s_box), axis=axis,
-                block_size=block_size, output_dtype=output_dtype,
-                label=f"DQ {dtype_name(x.dtype)} -> {dtype_name(want.dtype)} {box}"))
-            boxes.append(box)
+            return dequantize_job(unit, _sub(x, box), _sub(x_scale, s_box), _sub(zp, s_box),
+                                  axis=axis, block_size=block_size, output_dtype=output_dtype,
+                                  label=f"{label} {box}")
+
+        jobs, boxes = self._plan(layout, job)
         return self._execute("dequantize", unit, jobs, boxes, want, t0)
 
     def dml_quantize_linear(self, input, scale, zero_point=None, *, output_dtype=np.int8):
@@ -277,14 +284,14 @@ class RTL:
         shape = scale.shape if zp is None else np.broadcast_shapes(scale.shape, zp.shape)
         layout = broadcast_layout(x.shape, shape, param="scale")
         unit = self._unit("dml")
-        jobs, boxes = [], []
-        for box in self._boxes(layout):
-            jobs.append(dml_job(
-                unit, _sub(x, box), _sub(scale, _broadcast_box(scale.shape, box)),
-                None if zp is None else _sub(zp, _broadcast_box(zp.shape, box)),
-                output_dtype=output_dtype,
-                label=f"DML {dtype_name(x.dtype)} -> {dtype_name(want.dtype)} {box}"))
-            boxes.append(box)
+        label = f"DML {dtype_name(x.dtype)} -> {dtype_name(want.dtype)}"
+
+        def job(box):
+            return dml_job(unit, _sub(x, box), _sub(scale, _broadcast_box(scale.shape, box)),
+                           None if zp is None else _sub(zp, _broadcast_box(zp.shape, box)),
+                           output_dtype=output_dtype, label=f"{label} {box}")
+
+        jobs, boxes = self._plan(layout, job)
         return self._execute("dml", unit, jobs, boxes, want, t0)
 
     # -- internals ----------------------------------------------------------------------------
@@ -314,10 +321,30 @@ class RTL:
             self._units[kind] = unit
         return unit
 
-    def _boxes(self, layout) -> list[tuple[slice, ...]]:
-        """Split ``x`` into boxes whose scales fit the table and whose counts fit the
-        element counter: whole dimensions from the innermost out while they fit, then the
-        largest chunk of the next one (whole blocks), then slices of the rest."""
+    def _plan(self, layout, job) -> tuple[list, list]:
+        """Return the jobs (``job(box)`` for each box of ``x``, see :meth:`_boxes`) and the
+        boxes. When a box's index registers do not fit ``config.size_width``, the boxes are
+        made again with the inner dimensions bounded; ValueError naming the shape of ``x``
+        if the unit still cannot take them."""
+        boxes = self._boxes(layout)
+        try:
+            return [job(b) for b in boxes], boxes
+        except ValueError as e:
+            if "size_width" not in str(e):
+                raise
+        boxes = self._boxes(layout, inner_limit=(1 << self.config.size_width) - 1)
+        try:
+            return [job(b) for b in boxes], boxes
+        except ValueError as e:
+            raise ValueError(f"x of shape {layout.x_shape} ({layout.kind} scales) does not fit "
+                             f"this RTL configuration: {e}") from e
+
+    def _boxes(self, layout, inner_limit: int | None = None) -> list[tuple[slice, ...]]:
+        """Split ``x`` into boxes whose scales fit the table and whose element counts fit
+        the counter: whole dimensions from the innermost out while they fit, then the largest
+        chunk of the next one (in whole blocks), then as much of the outer ones as still fits
+        (all of those that use no scales). With ``inner_limit``, the dimensions inside a box's
+        outermost one hold at most that many elements (the index generator's ``size_width``)."""
         c = self.config
         shape = layout.x_shape
         if not shape:
@@ -325,7 +352,10 @@ class RTL:
         budget, max_count = c.table_depth, (1 << c.count_width) - 1
         chunks = [1] * len(shape)
         scales = count = 1
+        outermost = False               # (inner_limit) the last dimension is the box's outermost
         for d in reversed(range(len(shape))):
+            if outermost:
+                break
             n, b, used = shape[d], layout.blocks[d], layout.strides[d] != 0
             chunk = min(n, (budget // scales) * b) if used else n
             chunk = max(1, min(chunk, max_count // count))
@@ -336,6 +366,7 @@ class RTL:
                                  f"dimension {d} exceeds the unit's element counter "
                                  f"(config.count_width = {c.count_width})")
             chunks[d] = chunk
+            outermost = inner_limit is not None and count * chunk > inner_limit
             scales *= -(-chunk // b) if used else 1
             count *= chunk
         starts = [range(0, n, k) for n, k in zip(shape, chunks, strict=True)]
@@ -420,15 +451,25 @@ class RTL:
         run = _stream_harness()
         if run is None:
             raise RuntimeError("the C++ stream harness (qaccel.sim.streamsim) is not available")
-        total = sum(len(j.x) for j in jobs)
-        if self.progress is not None:
-            self.progress(0, total)
         built = False
         if id(unit) not in _STREAM_SIMS:       # the first run of this unit in the process
             sim = _STREAM_SIMS[id(unit)] = elementwise_sim(unit, name=name)
             built = sim.built
-        results = run(unit, jobs, idle=self.idle, backpressure=self.backpressure,
-                      seed=self.seed, name=name)
+        # One harness process runs every job; with a progress report, batches of jobs.
+        batches, size = [[]], 0
+        for job in jobs:
+            if size >= STREAM_BATCH_BEATS and self.progress is not None:
+                batches.append([])
+                size = 0
+            batches[-1].append(job)
+            size += len(job.x)
+        total, done, results = sum(len(j.x) for j in jobs), 0, []
+        for batch in batches:
+            if self.progress is not None:
+                self.progress(done, total)
+            results += run(unit, batch, idle=self.idle, backpressure=self.backpressure,
+                           seed=self.seed + len(results), name=name)
+            done += sum(len(j.x) for j in batch)
         if self.progress is not None:
             self.progress(total, total)
         lats = [int(np.min(r.y_cycles - r.x_cycles)) for r in results
