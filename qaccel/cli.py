@@ -127,6 +127,16 @@ def _sim(args) -> int:
     return 0 if verdict.startswith("bit-exact") else 1
 
 
+def _verilog(args) -> int:
+    from qaccel.emit import write_verilog
+    from qaccel.model.config import AccelConfig
+
+    config = AccelConfig.load(args.config) if args.config else AccelConfig()
+    for path in write_verilog(config, args.output, ops=args.ops):
+        print(path)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="qaccel", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -168,6 +178,14 @@ def main(argv=None) -> int:
                    help="back-pressure probability per cycle on y")
     p.add_argument("--seed", type=int, default=0, help="data and pause seed")
     p.set_defaults(func=_sim)
+
+    p = sub.add_parser("verilog", help="write the units' Verilog (AXI4-Stream ports) and a JSON "
+                                       "description of ports, registers and configuration")
+    p.add_argument("--config", help="an AccelConfig JSON file (default: AccelConfig())")
+    p.add_argument("-o", "--output", required=True, help="output folder")
+    p.add_argument("--ops", nargs="+", choices=["quantize", "dequantize"],
+                   default=["quantize", "dequantize"], help="units to write (default: both)")
+    p.set_defaults(func=_verilog)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -111,3 +111,15 @@ def test_axis_top_packs_like_onnx(dtype, bits):
     sim.add_testbench(bench)
     sim.run()
     assert bytes(out) == want
+
+
+def test_cli_verilog(tmp_path):
+    """`qaccel verilog --config cfg.json -o out/` writes the Verilog, its JSON and the config."""
+    from qaccel.cli import main
+
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(SMALL.to_json())
+    assert main(["verilog", "--config", str(cfg), "-o", str(tmp_path / "out"),
+                 "--ops", "quantize"]) == 0
+    assert (tmp_path / "out" / "qaccel_quantize.v").is_file()
+    assert json.loads((tmp_path / "out" / "qaccel_quantize.json").read_text())["lanes"] == 2
