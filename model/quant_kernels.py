@@ -2,9 +2,8 @@
 
 The kernels see flat C-contiguous arrays and the collapsed :class:`~.indexing.ScaleLayout`;
 :func:`~.indexing.item_runs` splits the elements into work items and runs that share a scale.
-Each kernel claims work items one at a time (:func:`next_item`) with the GIL released;
-:func:`run_items` runs it on several threads, and :func:`output_buffer` recycles the memory of
-large outputs.
+Each kernel processes a range of work items with the GIL released; :func:`run_items` spreads
+the items over threads, and :func:`output_buffer` recycles the memory of large outputs.
 (Threads rather than ``prange``: a ``parallel=True`` specialisation takes about 3.5 s more to
 compile, and the type combinations below need two dozen of them.)  First calls compile under
 :func:`.jitcache.ensure_compiled`, which keeps concurrent processes from corrupting Numba's
@@ -33,9 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 
 from .indexing import ITEM_ELEMENTS, item_runs
 from .jitcache import ensure_compiled
@@ -47,8 +45,6 @@ __all__ = [
     "f16_bits_to_f32",
     "f32_to_bf16_bits",
     "f32_to_f16_bits",
-    "item_done",
-    "next_item",
     "quantize_float_kernel",
     "quantize_int_kernel",
     "output_buffer",
@@ -242,41 +238,8 @@ def _dq(xe, sv, ze, prm, out):
     return _output(dx * sv, ofmt, out)
 
 
-# --- work items ----------------------------------------------------------------------------
-# A kernel takes ``items``, int64 ``[next, done, end]``: it claims work items one at a time
-# (atomically, ``next``), computes them, and counts each one ``done``, until ``next`` reaches
-# ``end``.  Any number of threads can run it on the same ``items`` (:func:`run_items`).
-
-
-@intrinsic
-def _fetch_add(typingctx, arr, i):
-    """Atomically add 1 to ``arr[i]`` (int64, C-contiguous), returning the old value."""
-    if not (isinstance(arr, types.Array) and arr.dtype == types.int64 and arr.layout == "C"):
-        return None
-
-    def codegen(context, builder, sig, args):
-        data = context.make_array(sig.args[0])(context, builder, args[0]).data
-        index = context.cast(builder, args[1], sig.args[1], types.intp)
-        one = ir.Constant(ir.IntType(64), 1)
-        return builder.atomic_rmw("add", builder.gep(data, [index]), one, "seq_cst")
-
-    return types.int64(arr, i), codegen
-
-
-@numba.njit(**_JIT)
-def next_item(items):
-    """Claim the next work item of ``items`` (``>= items[2]``: none left)."""
-    return _fetch_add(items, 0)
-
-
-@numba.njit(**_JIT)
-def item_done(items):
-    """Count a claimed work item as computed (after its results are stored)."""
-    _fetch_add(items, 1)
-
-
 # --- kernels -------------------------------------------------------------------------------
-# A kernel processes the work items it claims and the runs item_runs gives for them, calling an
+# A kernel processes work items [w0, w1) and the runs item_runs gives for them, calling an
 # ``_each`` function for a run of consecutive scales and a ``_blocks`` one for a run of
 # blocks.  Separate functions let LLVM vectorise each element loop (one function holding both
 # loops got one of them vectorised).  Loops index the full arrays with unsigned indices:
@@ -314,7 +277,7 @@ def _q_int_blocks(x, s, z, out, a, e, si, b, f, prm):
 
 
 @numba.njit(**_KERNEL)
-def quantize_int_kernel(items, x, s, z, out, sizes, strides, blocks, prm):
+def quantize_int_kernel(w0, w1, x, s, z, out, sizes, strides, blocks, prm):
     """Quantise to integer codes: ``clip(rint(x / s) + z, lo, hi) & mask`` into ``out``.
 
     ``x``: float32, uint16 (float16/bfloat16 bits, format ``xfmt``) or int32; ``s``: float32
@@ -323,8 +286,7 @@ def quantize_int_kernel(items, x, s, z, out, sizes, strides, blocks, prm):
     quotient are rounded to, ``mask``/``sgn`` extend the codes, ``lo``/``hi`` (of ``s``'s type)
     bound the result.  Out-of-range and infinite quotients saturate, NaN gives ``lo``.
     """
-    w = next_item(items)
-    while w < items[2]:
+    for w in range(w0, w1):
         runs = item_runs(w, sizes, strides, blocks, ITEM_ELEMENTS)
         for r in range(runs.shape[0]):
             a, e, si, b, f = _unsigned_run(runs, r)
@@ -332,8 +294,6 @@ def quantize_int_kernel(items, x, s, z, out, sizes, strides, blocks, prm):
                 _q_int_each(x, s, z, out, a, e, si, prm)
             else:
                 _q_int_blocks(x, s, z, out, a, e, si, b, f, prm)
-        item_done(items)
-        w = next_item(items)
 
 
 @numba.njit(**_JIT)
@@ -353,15 +313,14 @@ def _q_float_blocks(x, s, z, out, a, e, si, b, f, prm):
 
 
 @numba.njit(**_KERNEL)
-def quantize_float_kernel(items, x, s, z, out, sizes, strides, blocks, prm):
+def quantize_float_kernel(w0, w1, x, s, z, out, sizes, strides, blocks, prm):
     """Write the quotient ``x / s``, clipped to ``[-fmax, fmax]``, plus ``z`` into ``out``.
 
     As :func:`quantize_int_kernel`, except ``z``: float zero points of ``s``'s type (``-0.0``
     adds nothing, not even to ``-0.0``), ``out`` of ``s``'s type, and ``prm`` is
     ``(xfmt, rnd, fmax)``.  NaN passes.  The caller encodes ``out`` to float8/float4.
     """
-    w = next_item(items)
-    while w < items[2]:
+    for w in range(w0, w1):
         runs = item_runs(w, sizes, strides, blocks, ITEM_ELEMENTS)
         for r in range(runs.shape[0]):
             a, e, si, b, f = _unsigned_run(runs, r)
@@ -369,8 +328,6 @@ def quantize_float_kernel(items, x, s, z, out, sizes, strides, blocks, prm):
                 _q_float_each(x, s, z, out, a, e, si, prm)
             else:
                 _q_float_blocks(x, s, z, out, a, e, si, b, f, prm)
-        item_done(items)
-        w = next_item(items)
 
 
 @numba.njit(**_JIT)
@@ -390,7 +347,7 @@ def _dq_blocks(x, s, z, out, a, e, si, b, f, prm):
 
 
 @numba.njit(**_KERNEL)
-def dequantize_kernel(items, x, s, z, out, sizes, strides, blocks, prm):
+def dequantize_kernel(w0, w1, x, s, z, out, sizes, strides, blocks, prm):
     """Dequantise: ``(x - z) * s`` into ``out``.
 
     ``prm`` is ``(lut, mask, sgn, ofmt)``.  ``x`` and ``z``: uint8/uint16 codes
@@ -399,8 +356,7 @@ def dequantize_kernel(items, x, s, z, out, sizes, strides, blocks, prm):
     to 16 bits; for int32 it is ``float32(x) - z`` in ``s``'s type.  ``out``: ``s``'s type, or
     uint16 bit patterns of the 16-bit format ``ofmt``.
     """
-    w = next_item(items)
-    while w < items[2]:
+    for w in range(w0, w1):
         runs = item_runs(w, sizes, strides, blocks, ITEM_ELEMENTS)
         for r in range(runs.shape[0]):
             a, e, si, b, f = _unsigned_run(runs, r)
@@ -408,14 +364,15 @@ def dequantize_kernel(items, x, s, z, out, sizes, strides, blocks, prm):
                 _dq_each(x, s, z, out, a, e, si, prm)
             else:
                 _dq_blocks(x, s, z, out, a, e, si, b, f, prm)
-        item_done(items)
-        w = next_item(items)
 
 
 # --- threads ---------------------------------------------------------------------------------
 
 #: Arrays smaller than this run on the calling thread only.
 PARALLEL_MIN_ELEMENTS = 1 << 18
+#: Work items are handed to threads in this many pieces per thread (dynamic scheduling, so a
+#: thread slowed down by other processes on the machine does less of the work).
+PIECES_PER_THREAD = 4
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
@@ -436,32 +393,29 @@ def _thread_pool(n_workers: int) -> ThreadPoolExecutor:
 
 
 def run_items(kernel, n_items: int, n_elements: int, *args) -> None:
-    """Compute work items ``[0, n_items)`` with ``kernel(items, *args)`` (see ``next_item``).
+    """Call ``kernel(w0, w1, *args)`` on consecutive ranges covering work items ``[0, n_items)``.
 
-    Large jobs (``n_elements >= PARALLEL_MIN_ELEMENTS``) run on up to ``NUMBA_NUM_THREADS``
-    threads (and no more than the CPUs this process may use), the calling thread included,
-    each claiming one item at a time, so that a thread slowed down by other processes on the
-    machine does less of the work.  The calling thread never waits for a helper that has not
-    started: it waits, yielding its CPU, only for items a helper is still computing.  The
-    kernels release the GIL.  The first call with new argument types compiles under
-    :func:`.jitcache.ensure_compiled`.
+    Large jobs run on up to ``NUMBA_NUM_THREADS`` threads (and no more than the CPUs this
+    process may use), the calling thread included; each takes the next range of items until
+    none is left.  The kernels release the GIL.  The first call with new argument types
+    compiles under :func:`.jitcache.ensure_compiled`.
     """
-    ensure_compiled(kernel, np.zeros(3, np.int64), *args)
-    items = np.array([0, 0, n_items], np.int64)
+    ensure_compiled(kernel, 0, 0, *args)
     n_threads = min(_n_threads(), n_items) if n_elements >= PARALLEL_MIN_ELEMENTS else 1
     if n_threads <= 1:
-        kernel(items, *args)
+        kernel(0, n_items, *args)
         return
-    pool = _thread_pool(n_threads - 1)
-    helpers = [pool.submit(kernel, items, *args) for _ in range(n_threads - 1)]
-    kernel(items, *args)
-    while items[1] < n_items:  # items claimed by a helper and not computed yet
-        for helper in helpers:
-            if helper.done():
-                helper.result()  # raises its exception, if any
-        os.sched_yield()
-    for helper in helpers:
-        helper.cancel()  # not started yet: there is nothing left to do
+    step = -(-n_items // (n_threads * PIECES_PER_THREAD))
+    starts = iter(range(0, n_items, step))  # next() is atomic under the GIL
+
+    def work():
+        for w0 in starts:
+            kernel(w0, min(n_items, w0 + step), *args)
+
+    futures = [_thread_pool(n_threads - 1).submit(work) for _ in range(n_threads - 1)]
+    work()
+    for future in futures:
+        future.result()
 
 
 # --- output buffers --------------------------------------------------------------------------
