@@ -4,11 +4,12 @@ Numba's on-disk cache (``cache=True``) updates its index file with an unlocked
 read-modify-write.  Two processes that compile the same function at the same time, as
 pytest-xdist workers do on a cold cache, can leave an index entry that names the other
 process's machine code for a different signature; a later process then loads it and computes
-garbage.  :func:`ensure_compiled` takes an inter-process file lock, one per function, around
-the first call of a cached function with each combination of argument types, so that its
-compiling, saving and loading are serialised; later calls do not lock.  The functions it
-calls must not be cached themselves (they are compiled into the caller's cache entry), or
-they would be shared without a lock.
+garbage.  :func:`ensure_compiled` (a call that does no work, for the Q/DQ kernels) and
+:func:`locked_call` (the real call, for the MatMulNBits kernels) take an inter-process file
+lock, one per function, around the first call of a cached function with each combination of
+argument types, so that its compiling, saving and loading are serialised; later calls do not
+lock.  The functions it calls must not be cached themselves (they are compiled into the
+caller's cache entry), or they would be shared without a lock.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["compile_lock", "ensure_compiled"]
+__all__ = ["compile_lock", "ensure_compiled", "locked_call"]
 
 _seen: set = set()
 _thread_lock = threading.RLock()
@@ -45,9 +46,11 @@ def compile_lock(name: str = "qaccel"):
 
 def _type_key(value):
     if isinstance(value, np.ndarray):
-        return value.dtype.num, value.ndim, value.flags.c_contiguous
+        f = value.flags
+        # what Numba's array type holds: dtype, rank, layout, read-only, aligned
+        return value.dtype, value.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned
     if isinstance(value, tuple):
-        return tuple(map(type, value))
+        return tuple(map(_type_key, value))
     return type(value)
 
 
@@ -55,7 +58,6 @@ def ensure_compiled(dispatcher, *args) -> None:
     """Call ``dispatcher(*args)`` under its :func:`compile_lock` if these argument types are new.
 
     Use arguments that make the call do no work (the kernels take an empty item range).
-    Arrays inside tuple arguments are told apart by type only, not dtype.
     """
     key = (dispatcher, *map(_type_key, args))
     if key in _seen:
@@ -64,3 +66,17 @@ def ensure_compiled(dispatcher, *args) -> None:
     with compile_lock(f"{func.__module__}.{func.__qualname__}"):
         dispatcher(*args)
     _seen.add(key)
+
+
+def locked_call(dispatcher, *args):
+    """Return ``dispatcher(*args)``, called under its :func:`compile_lock` if these argument
+    types are new: compiling, or loading from the cache, is then serialised with other
+    processes (the call itself runs under the lock too, this once)."""
+    key = (dispatcher, *map(_type_key, args))
+    if key in _seen:
+        return dispatcher(*args)
+    func = dispatcher.py_func
+    with compile_lock(f"{func.__module__}.{func.__qualname__}"):
+        result = dispatcher(*args)
+    _seen.add(key)
+    return result

@@ -32,12 +32,14 @@ Accumulation (the defined order, independent of threads and tiling)
     to A's type (float16 and bfloat16 A are computed in float32, as ORT does for float16).
 
 Prepared weights
-    ``prepare_nbits(B, scales, ...)`` validates the weights and unpacks B once into column
-    tiles (uint8 elements, 64 columns side by side, with each block's scale terms), as ORT
-    prepacks B at session creation; ``NBitsWeights.matmul(A, bias, accuracy_level=...)`` then
-    computes, bit for bit, what ``matmul_nbits`` does (which lays B out on the fly in every
-    call).  Same order per output as above; only the integer block sums of the int8 path are
-    taken differently (exact int32 or float32 sums, so the same integers).
+    ``prepare_nbits(B, scales, ...)`` validates the weights and lays them out once in column
+    tiles (16 columns side by side: B's packed 32-bit words, still nibble-packed for 4 bits,
+    or bytes for 3, 5, 6, 7 bits; scales; packed zero points), as ORT prepacks B at session
+    creation; ``NBitsWeights.matmul(A, bias, accuracy_level=...)`` then computes, bit for
+    bit, what ``matmul_nbits`` does (which builds the same tiles on the fly, a few at a time,
+    for bits 2, 4, 8).  Same order per output as above; only the integer block sums of the
+    int8 path are taken differently (exact int32 sums in any order, so the same integers),
+    and ``bsum * zs + f64(xs) * isum`` is one fma where both products are exact.
 
 ORT 1.31.1 on x86-64 with AVX512-VNNI (measured; B, scales, zero points and g_idx as
 initializers, which is what lets ORT prepack B and use CompInt8):
@@ -71,6 +73,8 @@ import numba
 import numpy as np
 
 from . import nbits_kernels as _k
+from .jitcache import locked_call
+from .quant_kernels import run_items
 from .validate import as_array, check_int, check_power_of_two, check_shape
 
 __all__ = [
@@ -90,8 +94,10 @@ _A_DTYPES = {
     np.dtype(np.float16): "float16",
     np.dtype(ml_dtypes.bfloat16): "bfloat16",
 }
-_TILE = 128  # output columns per parallel work item of the kernel
-_PTILE = 64  # output columns per tile of prepared weights
+_TILE = 128  # output columns per parallel work item of the generic kernel
+_PACKED_BITS = (2, 4, 8)  # bits that matmul_packed reads straight from B
+# multiply-adds per element of run_items's threshold for threads (PARALLEL_MIN_ELEMENTS)
+_MACS_PER_ELEMENT = 16
 _INT8_MAX_BLOCK = 65536  # int32 block sums stay exact: 127 * 255 * 65536 < 2**31
 
 
@@ -104,6 +110,11 @@ def _bits(bits) -> int:
 
 def _block_size(block_size) -> int:
     return check_power_of_two("block_size", block_size, 16)
+
+
+def _storage_bits(bits: int) -> int:
+    """Bits per element of B in the packed kernels' words: 2, 4, 8 as is, others as bytes."""
+    return bits if bits in _PACKED_BITS else 8
 
 
 def _nbytes(count: int, bits: int) -> int:
@@ -147,7 +158,7 @@ def pack_nbits(values, bits):
         raise ValueError(f"values must be in [0, {(1 << bits) - 1}] for {bits} bits, not {bad}")
     count = v.shape[-1]
     rows = np.ascontiguousarray(v.reshape(-1, count), dtype=np.uint8)
-    out = _k.pack_bits(rows, bits, _nbytes(count, bits))
+    out = locked_call(_k.pack_bits, rows, bits, _nbytes(count, bits))
     return out.reshape(*v.shape[:-1], out.shape[-1])
 
 
@@ -177,7 +188,7 @@ def unpack_nbits(packed, bits, count):
             f"{bits}-bit elements, not {count}"
         )
     rows = np.ascontiguousarray(p.reshape(-1, p.shape[-1]))
-    return _k.unpack_bits(rows, bits, count).reshape(*p.shape[:-1], count)
+    return locked_call(_k.unpack_bits, rows, bits, count).reshape(*p.shape[:-1], count)
 
 
 def pack_zero_points(zero_points, bits):
@@ -280,13 +291,47 @@ class _Op:
             self.block_size,
         )
 
+    def packed_args(self, wbits) -> tuple:
+        """B, S, Z, C of :func:`nbits_kernels.matmul_packed`, B and packed zero points stored
+        with ``wbits`` bits per element (``bits``, or 8 when bits is 3, 5, 6 or 7)."""
+        N = self.N
+        b8 = self.Bw.view(np.uint8).reshape(N, -1)
+        if wbits != self.bits:
+            b8 = unpack_nbits(b8.reshape(N, self.kb, -1), self.bits, self.block_size)
+            b8 = b8.reshape(N, -1)
+        B = _words(b8)
+        Z = np.zeros((N, 0), np.uint32)
+        C = np.zeros((N, 0), np.float32)
+        if self.zmode == _k.ZP_PACKED:
+            z = self.zpk
+            if wbits != self.bits:
+                z = unpack_zero_points(z, self.bits, self.kb)
+            Z = _words(z)
+        elif self.zmode == _k.ZP_FLOAT:
+            C = self.zpf
+        return B, self.scales, Z, C
 
-def _permute_row(qa, op):
-    """The quantised row of A as int8, in the order :func:`nbits_kernels.matmul_int8_row` reads."""
-    P = 8 // op.bits
-    q = np.zeros(op.kb * op.block_size, np.int8)
-    q[: op.K] = qa[0]
-    return np.ascontiguousarray(q.reshape(op.kb, -1, P).transpose(0, 2, 1)).ravel()
+
+def _words(a):
+    """(R, n) uint8 -> (R, ceil(n/4)) uint32 holding the same bytes (zero-padded), aligned."""
+    rows, n = a.shape
+    if n % 4 == 0 and a.flags.c_contiguous and a.ctypes.data % 4 == 0:
+        return a.view(np.uint32)
+    w = np.zeros((rows, -(-n // 4) * 4), np.uint8)
+    w[:, :n] = a
+    return w.view(np.uint32)
+
+
+def _activation_words(qa, op, wbits):
+    """qa (M, K) as the int32 words of :func:`nbits_kernels.matmul_packed` (zero-padded to
+    whole blocks): byte j of word ``(w*P + r)`` is the qa of element ``r + j*P`` of
+    weight word w (P = 8 // wbits elements per byte)."""
+    M = qa.shape[0]
+    q = np.zeros((M, op.kb * op.block_size), np.int8)
+    q[:, : op.K] = qa
+    P = 8 // wbits
+    q = np.ascontiguousarray(q.reshape(M, -1, 4, P).transpose(0, 1, 3, 2))
+    return q.view(np.int32).reshape(M, -1)
 
 
 def _check_A(A, K):
@@ -326,9 +371,8 @@ class NBitsWeights:
         object.__setattr__(self, "_dtype", np.dtype(dtype))
         tiles = None
         if own and op.gidx is None:  # g_idx (or used once): the per-call kernels
-            tiles = _k.prepare_tiles(
-                op.Bw, op.scales, op.zpk, op.zpf, op.zmode, op.bits, op.K, _PTILE
-            )
+            wbits = _storage_bits(op.bits)
+            tiles = tuple(locked_call(_k.tile_columns, x) for x in op.packed_args(wbits))
         for arr in tiles or ():
             arr.flags.writeable = False
         object.__setattr__(self, "_tiles", tiles)
@@ -356,6 +400,28 @@ class NBitsWeights:
             raise TypeError(f"scales must be {_A_DTYPES[a.dtype]} like A, not {self._dtype}")
         return self._run(a, bias, level)
 
+    def _run_packed(self, a2, int8, out):
+        op = self._op
+        wbits = _storage_bits(op.bits)
+        if int8:
+            qa, sa, absum = locked_call(_k.quantize_a, a2, op.block_size)
+            qd = _activation_words(qa, op, wbits)
+            a64 = np.zeros((1, 1), np.float64)
+        else:
+            a64 = a2.astype(np.float64)
+            qd = np.zeros((1, 1), np.int32)
+            sa = absum = np.zeros((1, 1), np.float32)
+        if self._tiles is not None:
+            kernel, arrays = _k.matmul_tiles, self._tiles
+        else:
+            kernel, arrays = _k.matmul_packed, op.packed_args(wbits)
+        M, N = out.shape
+        args = (a64, qd, sa, absum, *arrays, op.zmode, wbits, op.bits, op.block_size, op.K)
+        # a few tiles per work item, claimed one item at a time by each thread (threads only
+        # for enough work)
+        n_items = -(-N // (_k.TILE * _k.TILES_PER_ITEM))
+        run_items(kernel, n_items, M * op.K * N // _MACS_PER_ELEMENT, *args, int8, out)
+
     def _run(self, a, bias, level):
         op = self._op
         b32 = None
@@ -369,39 +435,21 @@ class NBitsWeights:
         a2 = np.ascontiguousarray(a.reshape(-1, op.K), dtype=np.float32)
         out = np.empty((a2.shape[0], op.N), np.float32)
         int8 = level == 4 and op.zmode != _k.ZP_FLOAT and op.gidx is None
-        sa = absum = np.zeros((1, 1), np.float32)
-        if int8:
-            a2, sa, absum = _k.quantize_a(a2, op.block_size)
-        # the prepared tiles when there are any; the int8 path also needs finite qa (NaN
-        # or infinity in A) and exact int32 block sums, else the per-call kernels
-        tiled = self._tiles is not None and a2.shape[0] > 0
-        if tiled and int8:
-            tiled = op.block_size <= _INT8_MAX_BLOCK and bool(np.isfinite(a2).all())
-        if tiled:
-            qT, sT, zT, cT, zs = self._tiles
-            # tiles handed out one at a time: a core that is busy elsewhere delays nothing
-            with numba.parallel_chunksize(1):
-                if int8:
-                    qa = a2.astype(np.int32)
-                    _k.matmul_prepared_int8(qa, a2, sa, absum, qT, sT, zs, op.block_size, op.N, out)
-                else:
-                    _k.matmul_prepared_float(a2, qT, sT, zT, cT, op.block_size, op.N, out)
-        elif int8 and a2.shape[0] == 1 and 8 % op.bits == 0:
-            _k.matmul_int8_row(
-                _permute_row(a2, op),
-                sa,
-                absum,
-                op.Bw.view(np.uint8),
-                op.scales,
-                op.zpk,
-                op.zmode,
-                op.bits,
-                op.block_size,
-                out,
-            )
+        # the packed kernels (prepared tiles, or bits 2, 4, 8 per call), except for g_idx;
+        # the int8 path also needs finite A (qa) and exact int32 block sums
+        packed = op.gidx is None and (self._tiles is not None or op.bits in _PACKED_BITS)
+        if packed and int8:
+            packed = op.block_size <= _INT8_MAX_BLOCK and bool(np.isfinite(a2).all())
+        if a2.shape[0] == 0:
+            pass
+        elif packed:
+            self._run_packed(a2, int8, out)
         else:
+            sa = absum = np.zeros((1, 1), np.float32)
+            if int8:
+                a2, sa, absum = locked_call(_k.quantize_a, a2, op.block_size)
             with numba.parallel_chunksize(1):  # tiles handed out one at a time: balances cores
-                _k.matmul(a2, sa, absum, *op.kernel_args(), int8, _TILE, out)
+                locked_call(_k.matmul, a2, sa, absum, *op.kernel_args(), int8, _TILE, out)
         if b32 is not None:
             out += b32
         return out.astype(a.dtype, copy=False).reshape(*a.shape[:-1], op.N)
@@ -575,7 +623,9 @@ def quantize_weights_nbits(W, *, bits, block_size, symmetric):
     if w.ndim != 2 or 0 in w.shape:
         raise ValueError(f"W must be a non-empty 2-D array (K, N), not shape {w.shape}")
     K, N = w.shape
-    q, scales, zps = _k.quantize_blockwise(np.ascontiguousarray(w), bits, bs, bool(symmetric))
+    q, scales, zps = locked_call(
+        _k.quantize_blockwise, np.ascontiguousarray(w), bits, bs, bool(symmetric)
+    )
     kb = scales.shape[1]
     B = pack_nbits(q.reshape(N, kb, bs), bits)
     return B, scales, None if symmetric else pack_zero_points(zps, bits)

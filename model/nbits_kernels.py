@@ -4,8 +4,19 @@ Arguments are validated by the public functions in ``nbits.py``; the kernels tru
 inputs (shapes, dtypes, contiguity, value ranges).  Each kernel has a slow NumPy twin in
 ``tests/model/naive_nbits.py``.
 
-Hot loops index with unsigned integers (``_U``): Numba then skips negative-index wraparound,
-which otherwise keeps LLVM from vectorising the column loops.
+MatMulNBits has two sets of kernels with the same results, bit for bit:
+
+- :func:`matmul_packed` and :func:`matmul_tiles` (bits 2, 4, 8 per call; any bits prepared;
+  no g_idx), written with explicit 512-bit vectors (section "SIMD vectors"): column tiles of
+  16 columns, B's packed 32-bit words unpacked in registers, AVX512-VNNI dot products for
+  the int8 path.  They run on threads that claim work items (:mod:`.quant_kernels`).
+- :func:`matmul`, the general one (g_idx, bits 3, 5, 6, 7 per call, NaN or infinity in A on
+  the int8 path, blocks above 65536), auto-vectorised by LLVM, with ``prange``.  Its hot
+  loops index with unsigned integers (``_U``): Numba then skips negative-index wraparound,
+  which otherwise keeps LLVM from vectorising the column loops.
+
+Only the kernels are cached on disk (their helpers are compiled into them), and
+:mod:`.nbits` calls them through :func:`.jitcache.locked_call`.
 """
 
 from __future__ import annotations
@@ -14,7 +25,10 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import prange, types
-from numba.extending import intrinsic
+from numba.core import cgutils
+from numba.extending import intrinsic, models, register_model
+
+from .quant_kernels import item_done, next_item
 
 _U = np.uintp
 _F32 = np.float32
@@ -29,7 +43,7 @@ ZP_DEFAULT, ZP_PACKED, ZP_FLOAT = 0, 1, 2
 # --------------------------------------------------------------------------- bit streams
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(inline="always")
 def _bits_at(buf, r, j, bits):
     """Element ``j`` of the LSB-first ``bits``-bit stream in row ``r`` of a uint8 array."""
     off = j * bits
@@ -71,7 +85,7 @@ def pack_bits(values, bits, nbytes):
 # --------------------------------------------------------------------------- ORT quantiser
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(inline="always")
 def _roundf(x):
     """C ``roundf``: to nearest, ties away from zero (exact for every float32)."""
     ax = np.abs(x)
@@ -177,22 +191,6 @@ def _field(typingctx, word, shift, mask):
 
 
 @intrinsic
-def _madd32(typingctx, a, b, c):
-    """``int32(a * b + c)`` for three int32, in 32-bit lanes (Numba would widen to int64).
-
-    Used only where no intermediate overflows, so the result is the exact integer.
-    """
-    if not (a == b == c == types.int32):
-        return None
-
-    def codegen(context, builder, signature, args):
-        x, y, z = args
-        return builder.add(builder.mul(x, y), z)
-
-    return types.int32(a, b, c), codegen
-
-
-@intrinsic
 def _prefer_512bit_vectors(typingctx):
     """Let LLVM vectorise the calling function with 512-bit registers.
 
@@ -211,7 +209,7 @@ def _prefer_512bit_vectors(typingctx):
     return types.none(), codegen
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(inline="always")
 def _accumulate_block(A, m, k0, kend, wT, T, acc):
     """``acc[m*T + c] += f64(A[m, k0 + j]) * f64(wT[j*T + c])`` for j ascending in
     ``[0, kend)``, fused (the products are exact in float64), four rows per pass over acc."""
@@ -235,7 +233,7 @@ def _accumulate_block(A, m, k0, kend, wT, T, acc):
             acc[mo + c] = _fma(a64, _F64(wT[jj * T + c]), acc[mo + c])
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def quantize_a(A, block_size):
     """CompInt8 activation quantiser: per row and K-block of A (M, K) float32.
 
@@ -247,7 +245,7 @@ def quantize_a(A, block_size):
     qa = np.empty((M, K), np.float32)
     sa = np.empty((M, kb), np.float32)
     absum = np.empty((M, kb), np.float32)
-    for m in prange(M):
+    for m in range(M):  # little work: no threads
         for b in range(kb):
             k0 = b * block_size
             k1 = min(K, k0 + block_size)
@@ -440,250 +438,819 @@ def matmul(A, sa, absum, Bw, scales, zpk, zpf, zmode, gidx, bits, block_size, in
                 out[m, n0 + c] = _F32(acc[m * T + c])
 
 
-@numba.njit(cache=True, parallel=True)
-def matmul_int8_row(qp, sa, absum, B, scales, zpk, zmode, bits, block_size, out):
-    """Int8 path for a single row of A and bits 2, 4 or 8, without transposing B.
+# --------------------------------------------------------------------------- SIMD vectors
+# The packed kernels below are written with explicit 512-bit vectors: a Numba type whose
+# values are LLVM vectors, and intrinsics that emit the plain LLVM vector instructions
+# (loads, stores, lane-wise arithmetic, conversions, shuffles).  LLVM keeps such values in
+# registers and lowers them to whatever the CPU has (two 256-bit halves without AVX-512).
+# Each operation is one IEEE operation per lane (no fastmath, no contraction), so the
+# kernels state their arithmetic exactly.  The one CPU-specific instruction is AVX512-VNNI's
+# vpdpbusd, emitted only when the compiling target has it (an exact integer operation, so
+# its generic replacement gives the same bits).
 
-    Same result as :func:`matmul` bit for bit: each column's block sums ``sum(qa*q)`` are
-    exact int32 dot products taken straight from its packed bytes, and the block terms are
-    accumulated in the same order.  ``qp`` holds qa as int8, zero-padded to whole blocks and
-    permuted so that it runs along the bytes of a block once per element position in a byte:
-    ``qp[(b*P + p)*blob + i] = qa[b*block_size + i*P + p]`` with ``P = 8 // bits``.
-    """
-    N, kb, blob = B.shape
-    P = _U(8 // bits)
-    ubits = _U(bits)
-    qmask = np.int32((1 << bits) - 1)
-    mid = _F32(1 << (bits - 1))
-    ublob = _U(blob)
-    for n in prange(N):
-        acc = 0.0
-        for blk in range(_U(kb)):
-            isum = np.int32(0)
-            for p in range(P):
-                sh = p * ubits
-                base = (blk * P + p) * ublob
-                for i in range(ublob):
-                    q = (np.int32(B[n, blk, i]) >> sh) & qmask
-                    isum = np.int32(isum + np.int32(np.int32(qp[base + i]) * q))
-            s = scales[n, blk]
-            if zmode == ZP_PACKED:
-                off = blk * ubits
-                z = _F32((np.int32(zpk[n, off >> _U(3)]) >> (off & _U(7))) & qmask)
+
+class _Vec(types.Type):
+    """A 512-bit vector of ``count`` lanes of the Numba scalar type ``dtype``."""
+
+    def __init__(self, dtype, count):
+        self.dtype = dtype
+        self.count = count
+        super().__init__(name=f"qaccel.vec({dtype}x{count})")
+
+
+_I32X16 = _Vec(types.int32, 16)
+_F32X16 = _Vec(types.float32, 16)
+_F64X8 = _Vec(types.float64, 8)
+# the vector type that loads from / stores to an array of each dtype
+_LANES = {
+    types.uint32: _I32X16,
+    types.int32: _I32X16,
+    types.float32: _F32X16,
+    types.float64: _F64X8,
+}
+
+
+@register_model(_Vec)
+class _VecModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        lane = dmm.lookup(fe_type.dtype).get_value_type()
+        super().__init__(dmm, fe_type, ir.VectorType(lane, fe_type.count))
+
+
+def _mask(indices):
+    return ir.Constant(ir.VectorType(ir.IntType(32), len(indices)), list(indices))
+
+
+def _broadcast(builder, value, count):
+    vty = ir.VectorType(value.type, count)
+    vec = builder.insert_element(ir.Constant(vty, None), value, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(vec, vec, _mask([0] * count))
+
+
+def _pointer(context, builder, sig, args, pointee):
+    """Pointer to element ``args[1]`` (flat) of the C-contiguous array ``args[0]``."""
+    data = context.make_array(sig.args[0])(context, builder, args[0]).data
+    index = context.cast(builder, args[1], sig.args[1], types.intp)
+    return builder.bitcast(builder.gep(data, [index]), pointee.as_pointer())
+
+
+def _contiguous(arr):
+    return isinstance(arr, types.Array) and arr.layout == "C"
+
+
+@intrinsic
+def _vload(typingctx, arr, i):
+    """The vector at flat element ``i`` of a C-contiguous array (no bounds check)."""
+    if not (_contiguous(arr) and arr.dtype in _LANES and isinstance(i, types.Integer)):
+        return None
+    vec = _LANES[arr.dtype]
+
+    def codegen(context, builder, sig, args):
+        ptr = _pointer(context, builder, sig, args, context.get_value_type(vec))
+        return builder.load(ptr, align=4)
+
+    return vec(arr, i), codegen
+
+
+@intrinsic
+def _vstore(typingctx, arr, i, v):
+    """Store vector ``v`` at flat element ``i`` of a C-contiguous array (no bounds check)."""
+    if not (_contiguous(arr) and _LANES.get(arr.dtype) == v and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _pointer(context, builder, sig, args, args[2].type)
+        builder.store(args[2], ptr, align=4)
+        return context.get_dummy_value()
+
+    return types.none(arr, i, v), codegen
+
+
+@intrinsic
+def _scalar(typingctx, arr, i):
+    """``arr.flat[i]`` of a C-contiguous array, without Numba's negative-index fix-up."""
+    if not (_contiguous(arr) and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _pointer(context, builder, sig, args, context.get_data_type(sig.args[0].dtype))
+        return context.unpack_value(builder, sig.args[0].dtype, ptr)
+
+    return arr.dtype(arr, i), codegen
+
+
+def _splat_intrinsic(vec):
+    def splat(typingctx, x):
+        if not isinstance(x, (types.Integer, types.Float)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            lane = context.cast(builder, args[0], sig.args[0], vec.dtype)
+            return _broadcast(builder, lane, vec.count)
+
+        return vec(x), codegen
+
+    return intrinsic(splat)
+
+
+_splat_i32 = _splat_intrinsic(_I32X16)  # the scalar converted as Numba converts, in every lane
+_splat_f32 = _splat_intrinsic(_F32X16)
+_splat_f64 = _splat_intrinsic(_F64X8)
+
+
+def _binary_intrinsic(int_op, float_op):
+    def op(typingctx, x, y):
+        if not (isinstance(x, _Vec) and x == y):
+            return None
+        name = float_op if isinstance(x.dtype, types.Float) else int_op
+        if name is None:
+            return None
+
+        def codegen(context, builder, sig, args):
+            return getattr(builder, name)(*args)
+
+        return x(x, y), codegen
+
+    return intrinsic(op)
+
+
+_vadd = _binary_intrinsic("add", "fadd")  # integer lanes wrap around
+_vsub = _binary_intrinsic("sub", "fsub")
+_vmul = _binary_intrinsic("mul", "fmul")
+_vand = _binary_intrinsic("and_", None)
+
+
+@intrinsic
+def _vneg(typingctx, x):
+    """``-x`` lane-wise (sign flip, exact)."""
+    if not (isinstance(x, _Vec) and isinstance(x.dtype, types.Float)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fneg(args[0])
+
+    return x(x), codegen
+
+
+@intrinsic
+def _vshr(typingctx, x, shift):
+    """Logical shift right of int32 lanes by ``shift`` (0..31) bits."""
+    if not (x == _I32X16 and isinstance(shift, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        s = context.cast(builder, args[1], sig.args[1], types.int32)
+        return builder.lshr(args[0], _broadcast(builder, s, 16))
+
+    return x(x, shift), codegen
+
+
+@intrinsic
+def _vfma(typingctx, a, b, c):
+    """``a * b + c`` lane-wise with one rounding (used where ``a * b`` is exact)."""
+    if not (isinstance(a, _Vec) and a == b == c and isinstance(a.dtype, types.Float)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ty = args[0].type
+        name = f"llvm.fma.v{a.count}f{a.dtype.bitwidth}"
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty] * 3), name)
+        return builder.call(fn, args)
+
+    return a(a, b, c), codegen
+
+
+@intrinsic
+def _to_f32(typingctx, x):
+    """int32 lanes to float32 (exact for |x| <= 2**24, which is all that is converted)."""
+    if x != _I32X16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.sitofp(args[0], ir.VectorType(ir.FloatType(), 16))
+
+    return _F32X16(x), codegen
+
+
+def _half_intrinsic(high):
+    def half(typingctx, x):
+        if x not in (_I32X16, _F32X16):
+            return None
+
+        def codegen(context, builder, sig, args):
+            part = builder.shuffle_vector(args[0], args[0], _mask(range(8 * high, 8 * high + 8)))
+            f64x8 = ir.VectorType(ir.DoubleType(), 8)
+            if sig.args[0] == _F32X16:
+                return builder.fpext(part, f64x8)
+            return builder.sitofp(part, f64x8)
+
+        return _F64X8(x), codegen
+
+    return intrinsic(half)
+
+
+_lo_f64 = _half_intrinsic(0)  # lanes 0..7 of 16 int32/float32 lanes, exactly as float64
+_hi_f64 = _half_intrinsic(1)  # lanes 8..15
+
+
+@intrinsic
+def _round_f32(typingctx, lo, hi):
+    """16 float64 lanes (lo, hi) rounded to float32 (round to nearest even)."""
+    if not (lo == hi == _F64X8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        f32x8 = ir.VectorType(ir.FloatType(), 8)
+        a, b = (builder.fptrunc(v, f32x8) for v in args)
+        return builder.shuffle_vector(a, b, _mask(range(16)))
+
+    return _F32X16(lo, hi), codegen
+
+
+def _dpbusd_generic(builder, acc, u, s):
+    """``vpdpbusd`` in plain LLVM IR: widened products summed in groups of four."""
+    wide = ir.VectorType(ir.IntType(32), 64)
+    b8 = ir.VectorType(ir.IntType(8), 64)
+    p = builder.mul(
+        builder.zext(builder.bitcast(u, b8), wide), builder.sext(builder.bitcast(s, b8), wide)
+    )
+    g = [builder.shuffle_vector(p, p, _mask(range(j, 64, 4))) for j in range(4)]
+    return builder.add(acc, builder.add(builder.add(g[0], g[1]), builder.add(g[2], g[3])))
+
+
+def _target_has(context, feature):
+    features = getattr(context.codegen(), "_tm_features", "") or ""
+    return f"+{feature}" in features.split(",")
+
+
+def _dpbusd_intrinsic(use_vnni):
+    def dpbusd(typingctx, acc, u, s):
+        if not (acc == u == s == _I32X16):
+            return None
+
+        def codegen(context, builder, sig, args):
+            vnni = _target_has(context, "avx512vnni") if use_vnni is None else use_vnni
+            if not vnni:
+                return _dpbusd_generic(builder, *args)
+            ty = args[0].type
+            fn = builder.module.declare_intrinsic(
+                "llvm.x86.avx512.vpdpbusd.512", (), ir.FunctionType(ty, [ty] * 3)
+            )
+            return builder.call(fn, args)
+
+        return _I32X16(acc, u, s), codegen
+
+    return intrinsic(dpbusd)
+
+
+# acc + sum over each group of 4 bytes of zext(u byte) * sext(s byte), per int32 lane
+# (AVX512-VNNI vpdpbusd; exact, wrapping like int32).  The fixed variants are for tests.
+_dpbusd = _dpbusd_intrinsic(None)
+_dpbusd_vnni = _dpbusd_intrinsic(True)
+_dpbusd_plain = _dpbusd_intrinsic(False)
+
+
+def _transpose_ir(builder, rows):
+    """Transpose 16 vectors of 16 lanes: four stages, each swapping one bit of the row index
+    with the same bit of the lane index."""
+    for b in range(4):
+        step = 1 << b
+        lo = [c if not c & step else 16 + c - step for c in range(16)]
+        hi = [c + step if not c & step else 16 + c for c in range(16)]
+        new = list(rows)
+        for r in range(16):
+            if not r & step:
+                new[r] = builder.shuffle_vector(rows[r], rows[r + step], _mask(lo))
+                new[r + step] = builder.shuffle_vector(rows[r], rows[r + step], _mask(hi))
+        rows = new
+    return rows
+
+
+@intrinsic
+def _transpose16(typingctx, src, soff, stride, dst, doff):
+    """``dst.flat[doff + 16*i + j] = src.flat[soff + stride*j + i]`` for i, j < 16.
+
+    Both arrays C-contiguous with 4-byte elements (moved as bits)."""
+    ok = all(_contiguous(a) and a.dtype.bitwidth == 32 for a in (src, dst))
+    if not (ok and all(isinstance(v, types.Integer) for v in (soff, stride, doff))):
+        return None
+
+    def codegen(context, builder, sig, args):
+        vty = ir.VectorType(ir.IntType(32), 16)
+        intp = context.get_value_type(types.intp)
+        s_arr = context.make_array(sig.args[0])(context, builder, args[0]).data
+        d_arr = context.make_array(sig.args[3])(context, builder, args[3]).data
+        soff_, stride_, doff_ = (
+            context.cast(builder, args[k], sig.args[k], types.intp) for k in (1, 2, 4)
+        )
+        rows = []
+        for j in range(16):
+            idx = builder.add(soff_, builder.mul(stride_, ir.Constant(intp, j)))
+            ptr = builder.bitcast(builder.gep(s_arr, [idx]), vty.as_pointer())
+            rows.append(builder.load(ptr, align=4))
+        for i, row in enumerate(_transpose_ir(builder, rows)):
+            idx = builder.add(doff_, ir.Constant(intp, 16 * i))
+            builder.store(
+                row, builder.bitcast(builder.gep(d_arr, [idx]), vty.as_pointer()), align=4
+            )
+        return context.get_dummy_value()
+
+    return types.none(src, soff, stride, dst, doff), codegen
+
+
+@intrinsic
+def _prefetch(typingctx, arr, i):
+    """Prefetch the cache line of flat element ``i`` of a C-contiguous array into L2."""
+    if not (_contiguous(arr) and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _pointer(context, builder, sig, args, ir.IntType(8))
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        # read, locality 2 (prefetcht1), data cache
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(arr, i), codegen
+
+
+# --------------------------------------------------------------------------- packed kernels
+# Weights in column tiles: TILE columns side by side (one vector of 16 int32/float32 lanes),
+# the k-th 32-bit word of each column's packed bit stream together:
+#   W[w*TILE + c]  word w of column n0 + c (elements w*32/wbits ..., element e at bits
+#                  [e*wbits, (e+1)*wbits), wbits = 2, 4 or 8; LSB-first as in B),
+#   S[b*TILE + c]  the scale of block b, float32,
+#   Z[w*TILE + c]  word w of the packed zero points (same layout; ZP_PACKED),
+#   C[b*TILE + c]  the float zero point of block b (ZP_FLOAT).
+# Prepared weights hold these tiles (:func:`tile_columns`); the per-call kernel builds them
+# for the few tiles of a work item at a time (in-register 16x16 transposes, into a scratch
+# buffer that stays in cache), so B is read once and not laid out again in memory.  Missing
+# columns of the last tile are zero and not stored.
+
+TILE = 16
+PREFETCH_WORDS = 128  # how far ahead in each row _tile_columns prefetches (512 bytes)
+
+
+@numba.njit(inline="always")
+def _byte_mask(wbits):
+    """The mask of one ``wbits``-bit element in each byte of a word, as int32."""
+    m = (1 << wbits) - 1
+    return np.int32(np.uint32((m | m << 8 | m << 16 | m << 24) & 0xFFFFFFFF))
+
+
+@numba.njit
+def _tile_columns(src, n0, nt, dst, doff, nnext):
+    """``dst[doff + w*TILE + c] = src[n0 + c, w]`` for c < nt, 0 for nt <= c < TILE.
+
+    Full tiles go through in-register 16x16 transposes, with the rows read PREFETCH_WORDS
+    ahead (continuing into the first ``nnext`` rows of the next tile): the 16 rows are 16
+    memory streams, which the hardware prefetchers alone follow too slowly."""
+    nw = src.shape[1]
+    w = 0
+    if nt == TILE:
+        while w + TILE <= nw:
+            ahead = w + PREFETCH_WORDS
+            if ahead < nw:
+                for c in range(TILE):
+                    _prefetch(src, (n0 + c) * nw + ahead)
+            elif ahead - nw < nw:
+                for c in range(nnext):
+                    _prefetch(src, (n0 + TILE + c) * nw + ahead - nw)
+            _transpose16(src, n0 * nw + w, nw, dst, doff + w * TILE)
+            w += TILE
+    for ww in range(w, nw):
+        for c in range(TILE):
+            if c < nt:
+                dst[doff + ww * TILE + c] = src[n0 + c, ww]
             else:
-                z = mid
-            t1 = _F64(sa[0, blk] * s) * _F64(isum)
-            acc += t1 + _F64(absum[0, blk]) * _F64(-s * z)
-        out[0, n] = _F32(acc)
+                dst[doff + ww * TILE + c] = 0
 
 
-# --------------------------------------------------------------------------- prepared weights
+@numba.njit(cache=True)
+def tile_columns(src):
+    """(N, nw) array of 4-byte elements -> (ceil(N/TILE), nw, TILE) column tiles, zero-padded."""
+    N, nw = src.shape
+    ntiles = (N + TILE - 1) // TILE
+    out = np.empty((ntiles, nw, TILE), src.dtype)
+    flat = out.reshape(-1)
+    for t in range(ntiles):
+        _tile_columns(src, t * TILE, min(TILE, N - t * TILE), flat, t * nw * TILE, 0)
+    return out
 
 
-@numba.njit(cache=True, parallel=True)
-def prepare_tiles(Bw, scales, zpk, zpf, zmode, bits, K, tile):
-    """Unpack B once into column tiles for :func:`matmul_prepared_float` and ``_int8``.
+@numba.njit(inline="always")
+def _block_zero_point(Z, zo, C, co, s, blk, zmode, wbits, mid):
+    """The tile's (z, c) of block ``blk``: ``w = f32(f32(q - z) * s) + c``.
 
-    Returns qT (tiles, K, tile) uint8, the element k of column ``t*tile + c`` at
-    ``qT[t, k, c]``, and the per-block terms (tiles, k_blocks, tile) float32 of
-    :func:`matmul`: sT = s, zT = zp (float zero points: 0), cT = f32(-s * zp) for float
-    zero points (else 0), and zs = f32(-sT * zT) for the int8 path.  Columns past N are 0.
-    """
-    N, kb, nw = Bw.shape
-    block_size = nw * 16 // bits
-    ntiles = (N + tile - 1) // tile
-    qmask = np.uint32((1 << bits) - 1)
-    mid = _F32(1 << (bits - 1))
-    qT = np.zeros((ntiles, K, tile), np.uint8)
-    sT = np.zeros((ntiles, kb, tile), np.float32)
-    zT = np.zeros((ntiles, kb, tile), np.float32)
-    cT = np.zeros((ntiles, kb, tile), np.float32)
-    zs = np.zeros((ntiles, kb, tile), np.float32)
-    B8 = Bw.view(np.uint8)
-    for t in prange(ntiles):
-        n0 = t * tile
-        nt = min(tile, N - n0)
+    Integer zero points: z = zp, c = 0; float zero points: z = 0, c = f32(-s * zp)."""
+    if zmode == ZP_PACKED:
+        off = blk * wbits
+        word = _vload(Z, zo + (off >> 5) * TILE)
+        z = _to_f32(_vand(_vshr(word, off & 31), _splat_i32((1 << wbits) - 1)))
+        c = _splat_f32(0.0)
+    elif zmode == ZP_FLOAT:
+        z = _splat_f32(0.0)
+        c = _vmul(_vneg(s), _vload(C, co + blk * TILE))
+    else:
+        z = _splat_f32(mid)
+        c = _splat_f32(0.0)
+    return z, c
+
+
+@numba.njit(inline="always")
+def _store_row(out, m, n0, nt, lo, hi, tmp):
+    """``out[m, n0:n0+nt] = f32`` of the lanes (lo, hi) of a tile's accumulator."""
+    if nt == TILE:
+        _vstore(out, m * out.shape[1] + n0, _round_f32(lo, hi))
+    else:
+        _vstore(tmp, 0, lo)
+        _vstore(tmp, 8, hi)
         for c in range(nt):
-            n = n0 + c
-            for k in range(K):
-                blk = k // block_size
-                off = (k - blk * block_size) * bits
-                i = off >> 3
-                v = np.uint32(B8[n, blk, i])
-                if (off & 7) + bits > 8:
-                    v = np.uint32(v | (np.uint32(B8[n, blk, i + 1]) << np.uint32(8)))
-                qT[t, k, c] = np.uint8(_field(v, np.uint32(off & 7), qmask))
-            for g in range(kb):
-                s = scales[n, g]
-                sT[t, g, c] = s
-                if zmode == ZP_FLOAT:
-                    cT[t, g, c] = -s * zpf[n, g]
-                elif zmode == ZP_PACKED:
-                    off = g * bits
-                    zb = off >> 3
-                    v = np.uint32(zpk[n, zb])
-                    if (off & 7) + bits > 8:
-                        v = np.uint32(v | (np.uint32(zpk[n, zb + 1]) << np.uint32(8)))
-                    zT[t, g, c] = _F32(_field(v, np.uint32(off & 7), qmask))
-                else:
-                    zT[t, g, c] = mid
-                zs[t, g, c] = -sT[t, g, c] * zT[t, g, c]
-    return qT, sT, zT, cT, zs
+            out[m, n0 + c] = _F32(tmp[c])
 
 
-@numba.njit(cache=True, parallel=True)
-def matmul_prepared_float(A, qT, sT, zT, cT, block_size, N, out):
-    """Float path of :func:`matmul` (no g_idx) on the tiles of :func:`prepare_tiles`.
+@numba.njit(inline="always")
+def _word_dot(isum, x, QD, qd, wbits, bmask):
+    """``isum`` plus, per column, the products of the elements of weight word ``x`` with the
+    activation words ``QD.flat[qd:qd + 8//wbits]``: one vpdpbusd per ``8 // wbits``
+    elements (the element bytes of each word, ``(x >> r*wbits) & bmask``)."""
+    if wbits == 4:
+        isum = _dpbusd(isum, _vand(x, bmask), _splat_i32(_scalar(QD, qd)))
+        return _dpbusd(isum, _vand(_vshr(x, 4), bmask), _splat_i32(_scalar(QD, qd + 1)))
+    if wbits == 8:
+        return _dpbusd(isum, x, _splat_i32(_scalar(QD, qd)))
+    for r in range(8 // wbits):
+        q = _vand(_vshr(x, r * wbits), bmask)
+        isum = _dpbusd(isum, q, _splat_i32(_scalar(QD, qd + r)))
+    return isum
 
-    out[m, n] = f32(sum over k ascending of f64(A[m, k]) * f64(w)), w = f32(f32(q - zT)*sT)
-    + cT, exactly the expressions and order of :func:`matmul`.
+
+@numba.njit(inline="always")
+def _block_term(acc0, acc1, xs, isum, bsum, zs0, zs1, exact):
+    """``acc + (f64(xs) * f64(isum) + bsum * zs)`` on the lanes 0..7 (acc0, zs0) and 8..15.
+
+    Both products are exact (float32 x float32; xs x isum when ``exact``, |isum| < 2**29),
+    so the sum of the two is rounded once, by one fma when ``exact``."""
+    if exact:
+        t0 = _vfma(_lo_f64(xs), _lo_f64(isum), _vmul(bsum, zs0))
+        t1 = _vfma(_hi_f64(xs), _hi_f64(isum), _vmul(bsum, zs1))
+    else:
+        t0 = _vadd(_vmul(_lo_f64(xs), _lo_f64(isum)), _vmul(bsum, zs0))
+        t1 = _vadd(_vmul(_hi_f64(xs), _hi_f64(isum)), _vmul(bsum, zs1))
+    return _vadd(acc0, t0), _vadd(acc1, t1)
+
+
+@numba.njit
+def _tile_int8_rows(QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb):
+    """Int8 path of rows ``m .. m+R`` of A (R = 1 or 4) on a tile, accumulators in registers.
+
+    QD (M, nq) holds the activation words: int32 ``QD[m, (b*wpb + w)*P + r]`` packs, byte
+    j, the qa that meets element ``r + j*P`` of byte j of word w of block b (``P = 8 //
+    wbits``); one vpdpbusd per (word, r) adds the four products of each column, exactly.
+    Then, per block in order, the block term of :func:`matmul`.  Returns the R rows' float64
+    sums (lanes 0..7, 8..15 of each row; rows past R are zero).
     """
-    M, K = A.shape
-    ntiles, _, tile = qT.shape
-    kb = sT.shape[1]
-    T = _U(tile)
-    bs = _U(block_size)
-    for t in prange(ntiles):
-        _prefer_512bit_vectors()
-        n0 = _U(t * tile)
-        nt = _U(min(tile, N - t * tile))
-        q = qT[t].reshape(K * tile)
-        s = sT[t].reshape(kb * tile)
-        z = zT[t].reshape(kb * tile)
-        cc = cT[t].reshape(kb * tile)
-        acc = np.zeros(M * tile, np.float64)
-        wT = np.empty(block_size * tile, np.float32)
-        for blk in range(_U(kb)):
-            k0 = blk * bs
-            kend = min(bs, _U(K) - k0)
-            go = blk * T
-            if M == 1:
-                for j in range(kend):
-                    a64 = _F64(A[0, k0 + j])
-                    qo = (k0 + j) * T
-                    for c in range(T):
-                        w = (_F32(q[qo + c]) - z[go + c]) * s[go + c] + cc[go + c]
-                        acc[c] = _fma(a64, _F64(w), acc[c])
-                continue
+    nq = QD.shape[1]
+    P = 8 // wbits
+    bmask = _splat_i32(_byte_mask(wbits))
+    exact = wpb * (32 // wbits) <= 16384  # block_size: 127 * 255 * 16384 < 2**29
+    zero = _splat_f64(0.0)
+    a0 = a1 = b0 = b1 = c0 = c1 = d0 = d1 = zero
+    for blk in range(kb):
+        i0 = i1 = i2 = i3 = _splat_i32(0)
+        for w in range(wpb):
+            x = _vload(W, wo + (blk * wpb + w) * TILE)
+            qd = m * nq + (blk * wpb + w) * P
+            i0 = _word_dot(i0, x, QD, qd, wbits, bmask)
+            if R == 4:  # the element bytes of x are computed once for all four rows
+                i1 = _word_dot(i1, x, QD, qd + nq, wbits, bmask)
+                i2 = _word_dot(i2, x, QD, qd + 2 * nq, wbits, bmask)
+                i3 = _word_dot(i3, x, QD, qd + 3 * nq, wbits, bmask)
+        s = _vload(S, so + blk * TILE)
+        z, _ = _block_zero_point(Z, zo, C, co, s, blk, zmode, wbits, mid)
+        zs = _vmul(_vneg(s), z)
+        zs0 = _lo_f64(zs)
+        zs1 = _hi_f64(zs)
+        ka = sa.shape[1]
+        o = m * ka + blk
+        xs = _vmul(_splat_f32(_scalar(sa, o)), s)
+        a0, a1 = _block_term(a0, a1, xs, i0, _splat_f64(_scalar(absum, o)), zs0, zs1, exact)
+        if R == 4:
+            xs = _vmul(_splat_f32(_scalar(sa, o + ka)), s)
+            bsum = _splat_f64(_scalar(absum, o + ka))
+            b0, b1 = _block_term(b0, b1, xs, i1, bsum, zs0, zs1, exact)
+            xs = _vmul(_splat_f32(_scalar(sa, o + 2 * ka)), s)
+            bsum = _splat_f64(_scalar(absum, o + 2 * ka))
+            c0, c1 = _block_term(c0, c1, xs, i2, bsum, zs0, zs1, exact)
+            xs = _vmul(_splat_f32(_scalar(sa, o + 3 * ka)), s)
+            bsum = _splat_f64(_scalar(absum, o + 3 * ka))
+            d0, d1 = _block_term(d0, d1, xs, i3, bsum, zs0, zs1, exact)
+    return a0, a1, b0, b1, c0, c1, d0, d1
+
+
+@numba.njit(inline="always")
+def _fma_element(acc0, acc1, x, shift, qmask, z, s, c, has_c, a):
+    """Dequantise the element at ``shift`` of each column's word ``x`` and add its product
+    with ``a`` (float64, broadcast): ``acc += a * f64(f32(f32(q - z) * s) + c)``, fused.
+
+    Without float zero points (``has_c`` False) c is +0.0 and not added: that only turns a
+    product -0.0 into +0.0, and an accumulator that starts at +0.0 never becomes -0.0, so
+    ``acc + a*(-0.0)`` and ``acc + a*(+0.0)`` are the same (and NaN for infinite a)."""
+    wv = _vmul(_vsub(_to_f32(_vand(_vshr(x, shift), qmask)), z), s)
+    if has_c:
+        wv = _vadd(wv, c)
+    return _vfma(a, _lo_f64(wv), acc0), _vfma(a, _hi_f64(wv), acc1)
+
+
+@numba.njit
+def _tile_float_row(A64, m, G, W, wo, S, so, Z, zo, C, co, steps, zmode, wbits, mid, K, bs, kb):
+    """Float path of row m of A on G = 1 or 2 tiles (the second one's data ``steps`` after
+    the first's): unpack, dequantise and accumulate in one pass, the accumulators in
+    registers.  ``acc += f64(a) * f64(w)`` fused (exact products), k ascending: a chain of
+    dependent fmas per column, so two tiles side by side keep twice as many in flight.
+    Returns the float64 sums (lanes 0..7, 8..15 of the first tile, then of the second)."""
+    epw = 32 // wbits
+    wpb = bs * wbits // 32
+    qmask = _splat_i32((1 << wbits) - 1)
+    has_c = zmode == ZP_FLOAT
+    w1, s1, z1, c1 = wo + steps[0], so + steps[1], zo + steps[2], co + steps[3]
+    acc0 = acc1 = acc2 = acc3 = _splat_f64(0.0)
+    for blk in range(kb):
+        k0 = blk * bs
+        kend = min(bs, K - k0)
+        s = _vload(S, so + blk * TILE)
+        z, c = _block_zero_point(Z, zo, C, co, s, blk, zmode, wbits, mid)
+        t = _vload(S, s1 + blk * TILE) if G == 2 else s
+        y, d = _block_zero_point(Z, z1, C, c1, t, blk, zmode, wbits, mid) if G == 2 else (z, c)
+        for w in range(wpb):
+            j0 = w * epw
+            if j0 >= kend:
+                break
+            x = _vload(W, wo + (blk * wpb + w) * TILE)
+            x1 = _vload(W, w1 + (blk * wpb + w) * TILE) if G == 2 else x
+            ka = m * K + k0 + j0
+            if wbits == 4 and j0 + 8 <= kend:  # unrolled: constant shifts
+                for e in range(8):
+                    a = _splat_f64(_scalar(A64, ka + e))
+                    acc0, acc1 = _fma_element(acc0, acc1, x, 4 * e, qmask, z, s, c, has_c, a)
+                    if G == 2:
+                        acc2, acc3 = _fma_element(acc2, acc3, x1, 4 * e, qmask, y, t, d, has_c, a)
+            else:
+                for e in range(min(epw, kend - j0)):
+                    a = _splat_f64(_scalar(A64, ka + e))
+                    sh = e * wbits
+                    acc0, acc1 = _fma_element(acc0, acc1, x, sh, qmask, z, s, c, has_c, a)
+                    if G == 2:
+                        acc2, acc3 = _fma_element(acc2, acc3, x1, sh, qmask, y, t, d, has_c, a)
+    return acc0, acc1, acc2, acc3
+
+
+@numba.njit
+def _tile_float_rows(A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb, acc, wb):
+    """Float path of all M rows of A on a tile; ``acc`` (M*TILE) float64 in memory.
+
+    Each block is dequantised once to float64 (``wb``), then accumulated into four rows at a
+    time with the 8 accumulators in registers; per row and column the same fused
+    ``acc += f64(a) * f64(w)``, k ascending, as :func:`_tile_float_row`.
+    """
+    M = A64.shape[0]
+    epw = 32 // wbits
+    qmask = _splat_i32((1 << wbits) - 1)
+    has_c = zmode == ZP_FLOAT
+    for blk in range(kb):
+        k0 = blk * bs
+        kend = min(bs, K - k0)
+        s = _vload(S, so + blk * TILE)
+        z, c = _block_zero_point(Z, zo, C, co, s, blk, zmode, wbits, mid)
+        for w in range(wpb):
+            j0 = w * epw
+            if j0 >= kend:
+                break
+            x = _vload(W, wo + (blk * wpb + w) * TILE)
+            for e in range(min(epw, kend - j0)):
+                q = _to_f32(_vand(_vshr(x, e * wbits), qmask))
+                wv = _vmul(_vsub(q, z), s)
+                if has_c:  # else c = +0.0, not added (see _fma_element)
+                    wv = _vadd(wv, c)
+                _vstore(wb, (j0 + e) * TILE, _lo_f64(wv))
+                _vstore(wb, (j0 + e) * TILE + 8, _hi_f64(wv))
+        m = 0
+        while m + 4 <= M:
+            r0 = m * TILE
+            p0 = _vload(acc, r0)
+            p1 = _vload(acc, r0 + 8)
+            p2 = _vload(acc, r0 + 16)
+            p3 = _vload(acc, r0 + 24)
+            p4 = _vload(acc, r0 + 32)
+            p5 = _vload(acc, r0 + 40)
+            p6 = _vload(acc, r0 + 48)
+            p7 = _vload(acc, r0 + 56)
+            ka = m * K + k0
             for j in range(kend):
-                qo = (k0 + j) * T
-                wo = j * T
-                for c in range(T):
-                    wT[wo + c] = (_F32(q[qo + c]) - z[go + c]) * s[go + c] + cc[go + c]
-            for m in range(_U(M)):
-                _accumulate_block(A, m, k0, kend, wT, T, acc)
-        for m in range(_U(M)):
-            for c in range(nt):
-                out[m, n0 + c] = _F32(acc[m * T + c])
+                w0 = _vload(wb, j * TILE)
+                w1 = _vload(wb, j * TILE + 8)
+                a = _splat_f64(_scalar(A64, ka + j))
+                p0 = _vfma(a, w0, p0)
+                p1 = _vfma(a, w1, p1)
+                a = _splat_f64(_scalar(A64, ka + K + j))
+                p2 = _vfma(a, w0, p2)
+                p3 = _vfma(a, w1, p3)
+                a = _splat_f64(_scalar(A64, ka + 2 * K + j))
+                p4 = _vfma(a, w0, p4)
+                p5 = _vfma(a, w1, p5)
+                a = _splat_f64(_scalar(A64, ka + 3 * K + j))
+                p6 = _vfma(a, w0, p6)
+                p7 = _vfma(a, w1, p7)
+            _vstore(acc, r0, p0)
+            _vstore(acc, r0 + 8, p1)
+            _vstore(acc, r0 + 16, p2)
+            _vstore(acc, r0 + 24, p3)
+            _vstore(acc, r0 + 32, p4)
+            _vstore(acc, r0 + 40, p5)
+            _vstore(acc, r0 + 48, p6)
+            _vstore(acc, r0 + 56, p7)
+            m += 4
+        while m < M:
+            p0 = _vload(acc, m * TILE)
+            p1 = _vload(acc, m * TILE + 8)
+            ka = m * K + k0
+            for j in range(kend):
+                a = _splat_f64(_scalar(A64, ka + j))
+                p0 = _vfma(a, _vload(wb, j * TILE), p0)
+                p1 = _vfma(a, _vload(wb, j * TILE + 8), p1)
+            _vstore(acc, m * TILE, p0)
+            _vstore(acc, m * TILE + 8, p1)
+            m += 1
 
 
-@numba.njit(cache=True, parallel=True)
-def matmul_prepared_int8(qa, qaf, sa, absum, qT, sT, zs, block_size, N, out):
-    """Int8 path of :func:`matmul` on the tiles of :func:`prepare_tiles`.
+@numba.njit(inline="always")
+def _shifted(offsets, steps, g):
+    """The four offsets of tile g: ``offsets + g * steps``."""
+    return (
+        offsets[0] + g * steps[0],
+        offsets[1] + g * steps[1],
+        offsets[2] + g * steps[2],
+        offsets[3] + g * steps[3],
+    )
 
-    qa (M, K) int32 and qaf (M, K) float32: the finite int8 values of :func:`quantize_a`;
-    the block sums
-    ``sum(qa*q)`` are exact int32 sums (block_size <= 65536), equal to the exact float sums
-    of :func:`matmul`; the block terms are accumulated with the same expression and order.
+
+@numba.njit
+def _tiles(A64, QD, sa, absum, arrays, offsets, steps, G, zmode, wbits, bits, bs, K, int8, out, n0):
+    """Output columns from ``n0`` on, for all rows, from G consecutive tiles: the arrays (W,
+    S, Z, C) of tile g start at ``offsets + g * steps`` (flat element offsets)."""
+    W, S, Z, C = arrays
+    M, N = out.shape
+    kb = (K + bs - 1) // bs
+    wpb = bs * wbits // 32
+    mid = _F32(1 << (bits - 1))
+    tmp = np.empty(TILE, np.float64)
+    if not int8 and M == 1:
+        g = 0
+        while g < G:
+            two = 2 if g + 2 <= G else 1
+            wo, so, zo, co = _shifted(offsets, steps, g)
+            r = _tile_float_row(
+                A64, 0, two, W, wo, S, so, Z, zo, C, co, steps, zmode, wbits, mid, K, bs, kb
+            )
+            for i in range(two):
+                c0 = n0 + (g + i) * TILE
+                _store_row(out, 0, c0, min(TILE, N - c0), r[2 * i], r[2 * i + 1], tmp)
+            g += two
+        return
+    acc = np.empty(M * TILE if not int8 else 0, np.float64)
+    wb = np.empty(bs * TILE if not int8 else 0, np.float64)
+    for g in range(G):
+        wo, so, zo, co = _shifted(offsets, steps, g)
+        c0 = n0 + g * TILE
+        nt = min(TILE, N - c0)
+        if int8:
+            m = 0
+            while m < M:
+                R = 4 if m + 4 <= M else 1
+                r = _tile_int8_rows(
+                    QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb
+                )
+                for i in range(R):
+                    _store_row(out, m + i, c0, nt, r[2 * i], r[2 * i + 1], tmp)
+                m += R
+        else:
+            acc[:] = 0.0
+            _tile_float_rows(
+                A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb, acc, wb
+            )
+            for m in range(M):
+                lo, hi = _vload(acc, m * TILE), _vload(acc, m * TILE + 8)
+                _store_row(out, m, c0, nt, lo, hi, tmp)
+
+
+# The two kernels compute the output columns of the work items they claim, TILES_PER_ITEM
+# tiles each, with the GIL released (:func:`.quant_kernels.run_items` runs them on several
+# threads).
+
+TILES_PER_ITEM = 4
+
+
+@numba.njit(cache=True, nogil=True)
+def matmul_packed(items, A64, QD, sa, absum, B, S, Z, C, zmode, wbits, bits, bs, K, int8, out):
+    """Both MatMulNBits paths (no g_idx; bits 2, 4, 8) straight from the operator's layout.
+
+    B (N, nw) uint32: each column's packed blocks as 32-bit words (B's bytes); S (N, k_blocks)
+    float32 scales; Z (N, nz) uint32 packed zero points as words (ZP_PACKED, else (N, 0));
+    C (N, k_blocks) float32 zero points (ZP_FLOAT, else (N, 0)); out (M, N) float32.
+    Work item i: the columns of tiles ``[i, i+1) * TILES_PER_ITEM`` (TILE columns each).
+
+    Float path (``int8`` False): A64 (M, K) float64, A widened; out[m, n] = f32(sum over k
+    ascending of f64(A[m, k]) * f64(w)), w = f32(f32(q - z) * s) + c (see
+    :func:`_block_zero_point`), each product added with one rounding (fma of exact products).
+
+    Int8 path (``int8`` True, finite A, integer zero points, bs <= 65536): QD the activation
+    words of :func:`_tile_int8_rows` (M, nw*8/wbits) int32; sa, absum (M, k_blocks) from
+    :func:`quantize_a`; for each block b, ascending,
+    acc += f64(f32(sa*s)) * isum + f64(absum) * f64(f32(-s*z)), isum = sum(qa*q) exact
+    int32; out = f32(acc).  Bit for bit what :func:`matmul` computes.
+
+    Each tile is laid out as :func:`tile_columns` does, one at a time (in-register
+    transposes), then computed; the order per output does not depend on tiling or threads.
     """
-    M, K = qa.shape
-    ntiles, _, tile = qT.shape
-    kb = sT.shape[1]
-    T = _U(tile)
-    bs = _U(block_size)
-    for t in prange(ntiles):
-        _prefer_512bit_vectors()
-        n0 = _U(t * tile)
-        nt = _U(min(tile, N - t * tile))
-        q = qT[t].reshape(K * tile)
-        s = sT[t].reshape(kb * tile)
-        zz = zs[t].reshape(kb * tile)
-        acc = np.zeros(M * tile, np.float64)
-        isum = np.empty(tile, np.int32)
-        small = block_size <= _Q_CHUNK
-        qb = np.empty(block_size * tile if M > 1 and not small else 0, np.int32)
-        qf = np.empty(block_size * tile if M > 1 and small else 0, np.float32)
-        isf = np.empty(tile, np.float32)
-        for blk in range(_U(kb)):
-            k0 = blk * bs
-            kend = min(bs, _U(K) - k0)
-            go = blk * T
-            if M == 1:
-                for c in range(T):
-                    isum[c] = 0
-                j = _U(0)
-                while j + _U(2) <= kend:
-                    a0 = qa[0, k0 + j]
-                    a1 = qa[0, k0 + j + _U(1)]
-                    qo = (k0 + j) * T
-                    for c in range(T):
-                        v = _madd32(a0, np.int32(q[qo + c]), isum[c])
-                        isum[c] = _madd32(a1, np.int32(q[qo + T + c]), v)
-                    j += _U(2)
-                if j < kend:
-                    a0 = qa[0, k0 + j]
-                    qo = (k0 + j) * T
-                    for c in range(T):
-                        isum[c] = _madd32(a0, np.int32(q[qo + c]), isum[c])
-            elif small:  # the block widened once to float32, then reused by every row
-                for j in range(kend):
-                    qo = (k0 + j) * T
-                    for c in range(T):
-                        qf[j * T + c] = _F32(q[qo + c])
-            else:  # the block widened once, then reused by every row
-                for j in range(kend):
-                    qo = (k0 + j) * T
-                    for c in range(T):
-                        qb[j * T + c] = np.int32(q[qo + c])
-            for m in range(_U(M)):
-                if M != 1 and small:
-                    # exact float32 sums: |sum| <= 256 * 127 * 255 < 2**24
-                    for c in range(T):
-                        isf[c] = 0.0
-                    j = _U(0)
-                    while j + _U(4) <= kend:
-                        a0 = qaf[m, k0 + j]
-                        a1 = qaf[m, k0 + j + _U(1)]
-                        a2 = qaf[m, k0 + j + _U(2)]
-                        a3 = qaf[m, k0 + j + _U(3)]
-                        q0 = j * T
-                        for c in range(T):
-                            v = _fma(a0, qf[q0 + c], isf[c])
-                            v = _fma(a1, qf[q0 + T + c], v)
-                            v = _fma(a2, qf[q0 + _U(2) * T + c], v)
-                            isf[c] = _fma(a3, qf[q0 + _U(3) * T + c], v)
-                        j += _U(4)
-                    for jj in range(j, kend):
-                        a0 = qaf[m, k0 + jj]
-                        for c in range(T):
-                            isf[c] = _fma(a0, qf[jj * T + c], isf[c])
-                    for c in range(T):
-                        isum[c] = np.int32(isf[c])
-                elif M != 1:
-                    for c in range(T):
-                        isum[c] = 0
-                    j = _U(0)
-                    while j + _U(4) <= kend:
-                        a0 = qa[m, k0 + j]
-                        a1 = qa[m, k0 + j + _U(1)]
-                        a2 = qa[m, k0 + j + _U(2)]
-                        a3 = qa[m, k0 + j + _U(3)]
-                        q0 = j * T
-                        for c in range(T):
-                            v = _madd32(a0, qb[q0 + c], isum[c])
-                            v = _madd32(a1, qb[q0 + T + c], v)
-                            v = _madd32(a2, qb[q0 + _U(2) * T + c], v)
-                            isum[c] = _madd32(a3, qb[q0 + _U(3) * T + c], v)
-                        j += _U(4)
-                    for jj in range(j, kend):
-                        a0 = qa[m, k0 + jj]
-                        for c in range(T):
-                            isum[c] = _madd32(a0, qb[jj * T + c], isum[c])
-                s_a = sa[m, blk]
-                bsum = _F64(absum[m, blk])
-                mo = m * T
-                for c in range(T):
-                    acc[mo + c] += _F64(s_a * s[go + c]) * _F64(isum[c]) + bsum * _F64(zz[go + c])
-        for m in range(_U(M)):
-            for c in range(nt):
-                out[m, n0 + c] = _F32(acc[m * T + c])
+    N, nw = B.shape
+    kb = S.shape[1]
+    ntiles = (N + TILE - 1) // TILE
+    steps = (nw * TILE, kb * TILE, Z.shape[1] * TILE, C.shape[1] * TILE)
+    G = TILES_PER_ITEM
+    arrays = (
+        np.empty(G * steps[0], np.uint32),
+        np.empty(G * steps[1], np.float32),
+        np.empty(G * steps[2], np.uint32),
+        np.empty(G * steps[3], np.float32),
+    )
+    W, St, Zt, Ct = arrays
+    i = next_item(items)
+    while i < items[2]:
+        t0 = i * G
+        t1 = min(ntiles, t0 + G)
+        for t in range(t0, t1):
+            n0 = t * TILE
+            nt = min(TILE, N - n0)
+            nn = min(TILE, N - n0 - TILE)  # the next tile's rows are prefetched
+            g = t - t0
+            _tile_columns(B, n0, nt, W, g * steps[0], nn)
+            _tile_columns(S, n0, nt, St, g * steps[1], nn)
+            _tile_columns(Z, n0, nt, Zt, g * steps[2], 0)
+            _tile_columns(C, n0, nt, Ct, g * steps[3], 0)
+        offsets = (0, 0, 0, 0)
+        _tiles(
+            A64,
+            QD,
+            sa,
+            absum,
+            arrays,
+            offsets,
+            steps,
+            t1 - t0,
+            zmode,
+            wbits,
+            bits,
+            bs,
+            K,
+            int8,
+            out,
+            t0 * TILE,
+        )
+        item_done(items)
+        i = next_item(items)
+
+
+@numba.njit(cache=True, nogil=True)
+def matmul_tiles(items, A64, QD, sa, absum, W, S, Z, C, zmode, wbits, bits, bs, K, int8, out):
+    """:func:`matmul_packed` on prepared column tiles (:func:`tile_columns` of its B, S, Z,
+    C: (ntiles, nw, TILE) and so on), bit for bit the same."""
+    ntiles = W.shape[0]
+    arrays = (W.reshape(-1), S.reshape(-1), Z.reshape(-1), C.reshape(-1))
+    steps = (W.shape[1] * TILE, S.shape[1] * TILE, Z.shape[1] * TILE, C.shape[1] * TILE)
+    i = next_item(items)
+    while i < items[2]:
+        t0 = i * TILES_PER_ITEM
+        G = min(ntiles, t0 + TILES_PER_ITEM) - t0
+        offsets = (t0 * steps[0], t0 * steps[1], t0 * steps[2], t0 * steps[3])
+        _tiles(
+            A64,
+            QD,
+            sa,
+            absum,
+            arrays,
+            offsets,
+            steps,
+            G,
+            zmode,
+            wbits,
+            bits,
+            bs,
+            K,
+            int8,
+            out,
+            t0 * TILE,
+        )
+        item_done(items)
+        i = next_item(items)

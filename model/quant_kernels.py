@@ -2,8 +2,9 @@
 
 The kernels see flat C-contiguous arrays and the collapsed :class:`~.indexing.ScaleLayout`;
 :func:`~.indexing.item_runs` splits the elements into work items and runs that share a scale.
-Each kernel processes a range of work items with the GIL released; :func:`run_items` spreads
-the items over threads, and :func:`output_buffer` recycles the memory of large outputs.
+Each kernel claims work items one at a time (:func:`next_item`) with the GIL released;
+:func:`run_items` runs it on several threads, and :func:`output_buffer` recycles the memory of
+large outputs.
 (Threads rather than ``prange``: a ``parallel=True`` specialisation takes about 3.5 s more to
 compile, and the type combinations below need two dozen of them.)  First calls compile under
 :func:`.jitcache.ensure_compiled`, which keeps concurrent processes from corrupting Numba's
@@ -28,12 +29,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 from .indexing import ITEM_ELEMENTS, item_runs
 from .jitcache import ensure_compiled
@@ -45,6 +47,8 @@ __all__ = [
     "f16_bits_to_f32",
     "f32_to_bf16_bits",
     "f32_to_f16_bits",
+    "item_done",
+    "next_item",
     "quantize_float_kernel",
     "quantize_int_kernel",
     "output_buffer",
@@ -238,8 +242,41 @@ def _dq(xe, sv, ze, prm, out):
     return _output(dx * sv, ofmt, out)
 
 
+# --- work items ----------------------------------------------------------------------------
+# A kernel takes ``items``, int64 ``[next, done, end, ...]``: it claims work items one at a time
+# (atomically, ``next``), computes them, and counts each one ``done``, until ``next`` reaches
+# ``end``.  Any number of threads can run it on the same ``items`` (:func:`run_items`).
+
+
+@intrinsic
+def _fetch_add(typingctx, arr, i):
+    """Atomically add 1 to ``arr[i]`` (int64, C-contiguous), returning the old value."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.int64 and arr.layout == "C"):
+        return None
+
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        index = context.cast(builder, args[1], sig.args[1], types.intp)
+        one = ir.Constant(ir.IntType(64), 1)
+        return builder.atomic_rmw("add", builder.gep(data, [index]), one, "seq_cst")
+
+    return types.int64(arr, i), codegen
+
+
+@numba.njit(**_JIT)
+def next_item(items):
+    """Claim the next work item of ``items`` (``>= items[2]``: none left)."""
+    return _fetch_add(items, 0)
+
+
+@numba.njit(**_JIT)
+def item_done(items):
+    """Count a claimed work item as computed (after its results are stored)."""
+    _fetch_add(items, 1)
+
+
 # --- kernels -------------------------------------------------------------------------------
-# A kernel processes work items [w0, w1) and the runs item_runs gives for them, calling an
+# A kernel processes the work items it claims and the runs item_runs gives for them, calling an
 # ``_each`` function for a run of consecutive scales and a ``_blocks`` one for a run of
 # blocks.  Separate functions let LLVM vectorise each element loop (one function holding both
 # loops got one of them vectorised).  Loops index the full arrays with unsigned indices:
@@ -277,7 +314,7 @@ def _q_int_blocks(x, s, z, out, a, e, si, b, f, prm):
 
 
 @numba.njit(**_KERNEL)
-def quantize_int_kernel(w0, w1, x, s, z, out, sizes, strides, blocks, prm):
+def quantize_int_kernel(items, x, s, z, out, sizes, strides, blocks, prm):
     """Quantise to integer codes: ``clip(rint(x / s) + z, lo, hi) & mask`` into ``out``.
 
     ``x``: float32, uint16 (float16/bfloat16 bits, format ``xfmt``) or int32; ``s``: float32
@@ -286,7 +323,8 @@ def quantize_int_kernel(w0, w1, x, s, z, out, sizes, strides, blocks, prm):
     quotient are rounded to, ``mask``/``sgn`` extend the codes, ``lo``/``hi`` (of ``s``'s type)
     bound the result.  Out-of-range and infinite quotients saturate, NaN gives ``lo``.
     """
-    for w in range(w0, w1):
+    w = next_item(items)
+    while w < items[2]:
         runs = item_runs(w, sizes, strides, blocks, ITEM_ELEMENTS)
         for r in range(runs.shape[0]):
             a, e, si, b, f = _unsigned_run(runs, r)
@@ -294,6 +332,8 @@ def quantize_int_kernel(w0, w1, x, s, z, out, sizes, strides, blocks, prm):
                 _q_int_each(x, s, z, out, a, e, si, prm)
             else:
                 _q_int_blocks(x, s, z, out, a, e, si, b, f, prm)
+        item_done(items)
+        w = next_item(items)
 
 
 @numba.njit(**_JIT)
@@ -313,14 +353,15 @@ def _q_float_blocks(x, s, z, out, a, e, si, b, f, prm):
 
 
 @numba.njit(**_KERNEL)
-def quantize_float_kernel(w0, w1, x, s, z, out, sizes, strides, blocks, prm):
+def quantize_float_kernel(items, x, s, z, out, sizes, strides, blocks, prm):
     """Write the quotient ``x / s``, clipped to ``[-fmax, fmax]``, plus ``z`` into ``out``.
 
     As :func:`quantize_int_kernel`, except ``z``: float zero points of ``s``'s type (``-0.0``
     adds nothing, not even to ``-0.0``), ``out`` of ``s``'s type, and ``prm`` is
     ``(xfmt, rnd, fmax)``.  NaN passes.  The caller encodes ``out`` to float8/float4.
     """
-    for w in range(w0, w1):
+    w = next_item(items)
+    while w < items[2]:
         runs = item_runs(w, sizes, strides, blocks, ITEM_ELEMENTS)
         for r in range(runs.shape[0]):
             a, e, si, b, f = _unsigned_run(runs, r)
@@ -328,6 +369,8 @@ def quantize_float_kernel(w0, w1, x, s, z, out, sizes, strides, blocks, prm):
                 _q_float_each(x, s, z, out, a, e, si, prm)
             else:
                 _q_float_blocks(x, s, z, out, a, e, si, b, f, prm)
+        item_done(items)
+        w = next_item(items)
 
 
 @numba.njit(**_JIT)
@@ -347,7 +390,7 @@ def _dq_blocks(x, s, z, out, a, e, si, b, f, prm):
 
 
 @numba.njit(**_KERNEL)
-def dequantize_kernel(w0, w1, x, s, z, out, sizes, strides, blocks, prm):
+def dequantize_kernel(items, x, s, z, out, sizes, strides, blocks, prm):
     """Dequantise: ``(x - z) * s`` into ``out``.
 
     ``prm`` is ``(lut, mask, sgn, ofmt)``.  ``x`` and ``z``: uint8/uint16 codes
@@ -356,7 +399,8 @@ def dequantize_kernel(w0, w1, x, s, z, out, sizes, strides, blocks, prm):
     to 16 bits; for int32 it is ``float32(x) - z`` in ``s``'s type.  ``out``: ``s``'s type, or
     uint16 bit patterns of the 16-bit format ``ofmt``.
     """
-    for w in range(w0, w1):
+    w = next_item(items)
+    while w < items[2]:
         runs = item_runs(w, sizes, strides, blocks, ITEM_ELEMENTS)
         for r in range(runs.shape[0]):
             a, e, si, b, f = _unsigned_run(runs, r)
@@ -364,58 +408,172 @@ def dequantize_kernel(w0, w1, x, s, z, out, sizes, strides, blocks, prm):
                 _dq_each(x, s, z, out, a, e, si, prm)
             else:
                 _dq_blocks(x, s, z, out, a, e, si, b, f, prm)
+        item_done(items)
+        w = next_item(items)
 
 
 # --- threads ---------------------------------------------------------------------------------
 
 #: Arrays smaller than this run on the calling thread only.
 PARALLEL_MIN_ELEMENTS = 1 << 18
-#: Work items are handed to threads in this many pieces per thread (dynamic scheduling, so a
-#: thread slowed down by other processes on the machine does less of the work).
-PIECES_PER_THREAD = 4
+#: The calling thread, done with its items, waits for the helpers' last items spinning this
+#: long, then in sleeps of this long.
+WAIT_SPIN_SECONDS = 50e-6
+WAIT_SLEEP_SECONDS = 50e-6
+#: A helper thread, done with a job, spins this long for the next one before it sleeps
+#: (as ONNX Runtime's pool threads do): back-to-back calls then find it on a core.
+HELPER_SPIN_SECONDS = 5e-3
 
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
-_pool_lock = threading.Lock()
+
+@intrinsic
+def _load_atomic(typingctx, arr, i):
+    """``arr[i]`` (int64, C-contiguous) read atomically: a loop can poll it."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.int64 and arr.layout == "C"):
+        return None
+
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        index = context.cast(builder, args[1], sig.args[1], types.intp)
+        return builder.load_atomic(builder.gep(data, [index]), "acquire", 8)
+
+    return types.int64(arr, i), codegen
+
+
+@intrinsic
+def _pause(typingctx):
+    """The spin-wait hint (x86 ``pause``; nothing elsewhere)."""
+
+    def codegen(context, builder, sig, args):
+        if "x86" in builder.module.triple or not builder.module.triple:
+            fnty = ir.FunctionType(ir.VoidType(), [])
+            fn = builder.module.declare_intrinsic("llvm.x86.sse2.pause", (), fnty)
+            builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@numba.njit(cache=True, nogil=True)
+def _wait_for_job(ctrl, seen, spins):
+    """Poll ``ctrl[0]`` until it differs from ``seen``, at most ``spins`` times; return it."""
+    for _ in range(spins):
+        value = _load_atomic(ctrl, 0)
+        if value != seen:
+            return value
+        _pause()
+    return _load_atomic(ctrl, 0)
+
+
+class _Helpers:
+    """Helper threads that run the kernel of each job posted, next to the calling thread.
+
+    Between jobs a helper spins for HELPER_SPIN_SECONDS with the GIL released, then sleeps
+    until the next job; a job posted while it spins starts at once, on its own core."""
+
+    def __init__(self, n_threads: int):
+        self.pid = os.getpid()
+        self.ctrl = np.zeros(1, np.int64)  # sequence number of the last job posted
+        self.job = None
+        self.cond = threading.Condition()
+        ensure_compiled(_wait_for_job, self.ctrl, 1, 0)
+        t0 = time.perf_counter()
+        _wait_for_job(self.ctrl, 0, 20000)
+        per_spin = max(time.perf_counter() - t0, 1e-6) / 20000
+        self.spins = max(1, int(HELPER_SPIN_SECONDS / per_spin))
+        self.threads = [
+            threading.Thread(target=self._loop, name=f"qaccel-{i}", daemon=True)
+            for i in range(n_threads)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def post(self, job) -> None:
+        """Offer ``job = (kernel, items, args, errors)`` to the helpers."""
+        with self.cond:
+            self.job = job
+            self.ctrl[0] += 1
+            self.cond.notify_all()
+
+    def retract(self, job) -> None:
+        """Offer ``job`` no more (its items are all computed)."""
+        with self.cond:
+            if self.job is job:
+                self.job = None
+
+    def _loop(self) -> None:
+        seen = 0
+        while True:
+            if _wait_for_job(self.ctrl, seen, self.spins) == seen:
+                with self.cond:
+                    while self.ctrl[0] == seen:
+                        self.cond.wait()
+            with self.cond:
+                seen = int(self.ctrl[0])
+                if self.job is None or self.job[1][0] >= self.job[1][2]:
+                    continue  # nothing left to claim
+                kernel, items, args, errors = self.job
+                items[3] += 1  # a helper holds the job's arrays
+            try:
+                kernel(items, *args)
+            except BaseException as exc:  # handed to the calling thread
+                errors.append(exc)
+            finally:
+                del kernel, args  # no reference to the arrays (output buffers) is left
+                with self.cond:
+                    items[3] -= 1
+
+
+_helpers: _Helpers | None = None
+_helpers_lock = threading.Lock()
 
 
 def _n_threads() -> int:
     return max(1, min(numba.config.NUMBA_NUM_THREADS, len(os.sched_getaffinity(0))))
 
 
-def _thread_pool(n_workers: int) -> ThreadPoolExecutor:
-    global _pool, _pool_size
-    with _pool_lock:
-        if _pool is None or _pool_size < n_workers:
-            _pool = ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="qaccel")
-            _pool_size = n_workers
-        return _pool
+def _get_helpers(n_threads: int) -> _Helpers:
+    global _helpers
+    with _helpers_lock:
+        if _helpers is None or len(_helpers.threads) < n_threads or _helpers.pid != os.getpid():
+            _helpers = _Helpers(n_threads)
+        return _helpers
 
 
 def run_items(kernel, n_items: int, n_elements: int, *args) -> None:
-    """Call ``kernel(w0, w1, *args)`` on consecutive ranges covering work items ``[0, n_items)``.
+    """Compute work items ``[0, n_items)`` with ``kernel(items, *args)`` (see ``next_item``).
 
-    Large jobs run on up to ``NUMBA_NUM_THREADS`` threads (and no more than the CPUs this
-    process may use), the calling thread included; each takes the next range of items until
-    none is left.  The kernels release the GIL.  The first call with new argument types
-    compiles under :func:`.jitcache.ensure_compiled`.
+    Large jobs (``n_elements >= PARALLEL_MIN_ELEMENTS``) run on up to ``NUMBA_NUM_THREADS``
+    threads (and no more than the CPUs this process may use), the calling thread included,
+    each claiming one item at a time, so that a thread slowed down by other processes on the
+    machine does less of the work.  The calling thread never waits for a helper that has not
+    started: it waits only for items a helper is still computing.  The kernels release the
+    GIL.  The first call with new argument types compiles under
+    :func:`.jitcache.ensure_compiled`.
     """
-    ensure_compiled(kernel, 0, 0, *args)
+    ensure_compiled(kernel, np.zeros(4, np.int64), *args)
+    items = np.array([0, 0, n_items, 0], np.int64)  # next, done, end; helpers holding it
     n_threads = min(_n_threads(), n_items) if n_elements >= PARALLEL_MIN_ELEMENTS else 1
     if n_threads <= 1:
-        kernel(0, n_items, *args)
+        kernel(items, *args)
         return
-    step = -(-n_items // (n_threads * PIECES_PER_THREAD))
-    starts = iter(range(0, n_items, step))  # next() is atomic under the GIL
-
-    def work():
-        for w0 in starts:
-            kernel(w0, min(n_items, w0 + step), *args)
-
-    futures = [_thread_pool(n_threads - 1).submit(work) for _ in range(n_threads - 1)]
-    work()
-    for future in futures:
-        future.result()
+    errors: list[BaseException] = []
+    job = (kernel, items, args, errors)
+    helpers = _get_helpers(n_threads - 1)
+    helpers.post(job)
+    try:
+        kernel(items, *args)
+    finally:
+        helpers.retract(job)
+    # items claimed by a helper and not computed yet, and helpers that still hold the arrays
+    # (they are about to drop them): spin briefly, then sleep
+    spin_end = time.perf_counter() + WAIT_SPIN_SECONDS
+    while items[1] < n_items or items[3]:
+        if errors:
+            raise errors[0]
+        if time.perf_counter() < spin_end:
+            os.sched_yield()
+        else:
+            time.sleep(WAIT_SLEEP_SECONDS)
 
 
 # --- output buffers --------------------------------------------------------------------------
@@ -426,6 +584,7 @@ RECYCLE_MIN_BYTES = 1 << 22
 RECYCLE_MAX_BUFFERS = 4
 
 _buffers: list[np.ndarray] = []  # least recently used first
+_buffers_lock = threading.Lock()
 
 
 def output_buffer(n: int, dtype) -> np.ndarray:
@@ -440,7 +599,7 @@ def output_buffer(n: int, dtype) -> np.ndarray:
     nbytes = n * dtype.itemsize
     if nbytes < RECYCLE_MIN_BYTES:
         return np.empty(n, dtype)
-    with _pool_lock:
+    with _buffers_lock:
         for i in range(len(_buffers)):
             # referenced only by the list and getrefcount's argument: no view of it is alive
             if _buffers[i].nbytes == nbytes and sys.getrefcount(_buffers[i]) == 2:

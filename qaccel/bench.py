@@ -3,7 +3,13 @@
 ``python -m qaccel bench golden`` runs the golden model and ONNX Runtime on the same data, at
 their default thread settings, alternating the two for every repeat so that load on a shared
 machine hits both alike, and prints the median times and their ratio (qaccel / ORT; below 1.0
-qaccel is faster).  Each case also checks that the two agree, so no ratio is for wrong work.
+qaccel is faster) with the range of the ratios of the single repeats.  Each case also checks
+that the two agree, so no ratio is for wrong work.
+
+Neither side is timed while the other one's threads are still busy: ONNX Runtime's pool
+threads spin for about 40 ms after a run (on 2 cores they take a core from whatever runs
+next).  So each timed call follows an untimed call of the same side, as in
+back-to-back use, and the process is idle before each side's pair of calls.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class BenchRow:
     ort_ms: float
     target: float
     agreement: str
+    ratios: tuple[float, ...] = ()  # qaccel / ORT of each repeat (paired, same round)
 
     @property
     def ratio(self) -> float:
@@ -134,32 +141,58 @@ def golden_cases(*, quick: bool = False, seed: int = 0) -> list[BenchCase]:
     return _qdq_cases(side, side, rng) + _matmul_nbits_cases(side, side, (1, 16), rng)
 
 
-def run_cases(cases: list[BenchCase], *, repeat: int = 7, progress=None) -> list[BenchRow]:
+def _wait_idle(timeout: float = 1.0) -> None:
+    """Return once this process uses (almost) no CPU time: ORT's spinning threads are asleep.
+
+    (ORT 1.31's pool threads spin for about 40 ms after a run.)  The window is longer than a
+    scheduler tick: the CPU time of threads running on other cores is only counted per tick.
+    """
+    end = time.perf_counter() + timeout
+    while time.perf_counter() < end:
+        c0 = time.process_time()
+        time.sleep(0.012)
+        if time.process_time() - c0 < 1e-3:
+            return
+
+
+def run_cases(
+    cases: list[BenchCase], *, repeat: int = 7, progress=None, settle: bool = True
+) -> list[BenchRow]:
     """Time every case: one warm-up call each (JIT compile, session set-up), then ``repeat``
-    alternating qaccel/ORT calls; report medians."""
+    rounds of, for qaccel and then ORT: wait until the process is idle, one untimed call, one
+    timed call.  Report the medians and the per-round ratios.  ``settle=False`` times the
+    calls straight after one another instead (each side then shares the cores with what the
+    other side's threads still do)."""
     rows = []
     for case in cases:
         agreement = case.agreement(case.qaccel(), case.ort())
         times = {"qaccel": [], "ort": []}
         for _ in range(repeat):
             for label, fn in (("qaccel", case.qaccel), ("ort", case.ort)):
+                if settle:
+                    _wait_idle()
+                    fn()
                 t0 = time.perf_counter()
                 fn()
                 times[label].append(time.perf_counter() - t0)
+        ratios = tuple(q / o for q, o in zip(times["qaccel"], times["ort"], strict=True))
         rows.append(BenchRow(case.name, 1e3 * statistics.median(times["qaccel"]),
-                             1e3 * statistics.median(times["ort"]), case.target, agreement))
+                             1e3 * statistics.median(times["ort"]), case.target, agreement,
+                             ratios))
         if progress is not None:
             progress(rows[-1])
     return rows
 
 
 def format_table(rows: list[BenchRow]) -> str:
-    """Render rows as a fixed-width table (median ms, ratio, target, agreement)."""
+    """Render rows as a fixed-width table (median ms, ratio of the medians and the range of
+    the per-round ratios, target, agreement)."""
     width = max(len(r.name) for r in rows)
     lines = [f"{'case':<{width}}  {'qaccel ms':>10}  {'ORT ms':>9}  {'ratio':>6}  "
-             f"{'target':>7}  agreement"]
+             f"{'rounds':>13}  {'target':>7}  agreement"]
     for r in rows:
         mark = "ok" if r.meets_target else "OVER"
+        spread = f"{min(r.ratios):.2f}-{max(r.ratios):.2f}" if r.ratios else "-"
         lines.append(f"{r.name:<{width}}  {r.qaccel_ms:10.2f}  {r.ort_ms:9.2f}  {r.ratio:6.2f}  "
-                     f"<={r.target:<4.1f}{mark:>3}  {r.agreement}")
+                     f"{spread:>13}  <={r.target:<4.1f}{mark:>3}  {r.agreement}")
     return "\n".join(lines)

@@ -80,13 +80,40 @@ def test_round_to_format(fmt, dtype):
 
 def test_threads_give_the_same_bits(monkeypatch):
     rng = np.random.default_rng(2)
-    x = rng.standard_normal((64, 1000), np.float32) * 100
-    scale = rng.uniform(0.5, 2, (64, 32)).astype(np.float32)
+    x = rng.standard_normal((640, 1000), np.float32) * 100  # 10 work items
+    scale = rng.uniform(0.5, 2, (640, 32)).astype(np.float32)
     kwargs = {"axis": 1, "block_size": 32, "output_dtype": np.int8}
+    monkeypatch.setattr(qk, "PARALLEL_MIN_ELEMENTS", 1 << 62)
     expected = quantize_linear(x, scale, **kwargs)
+    dq = dequantize_linear(expected, scale, axis=1, block_size=32)
     monkeypatch.setattr(qk, "PARALLEL_MIN_ELEMENTS", 0)
-    monkeypatch.setattr(qk, "PIECES_PER_THREAD", 64)
-    assert_bitexact(quantize_linear(x, scale, **kwargs), expected)
+    for _ in range(5):  # threads claim the items in a different order each time
+        assert_bitexact(quantize_linear(x, scale, **kwargs), expected)
+        assert_bitexact(dequantize_linear(expected, scale, axis=1, block_size=32), dq)
+
+
+def test_run_items_claims_every_item_once():
+    """Every work item is claimed and counted once, by whichever thread: the calling thread
+    alone when the helpers start late, or all of them."""
+    n = 37
+    for parallel in (1 << 62, 0):
+        seen = np.zeros(n + 64, np.int64)
+        qk.PARALLEL_MIN_ELEMENTS, saved = parallel, qk.PARALLEL_MIN_ELEMENTS
+        try:
+            qk.run_items(_count_items, n, 1, seen)
+        finally:
+            qk.PARALLEL_MIN_ELEMENTS = saved
+        np.testing.assert_array_equal(seen[:n], 1)
+        assert not seen[n:].any()
+
+
+@numba.njit(nogil=True)
+def _count_items(items, seen):
+    w = qk.next_item(items)
+    while w < items[2]:
+        seen[w] += 1
+        qk.item_done(items)
+        w = qk.next_item(items)
 
 
 def test_output_buffers_are_recycled_only_when_unreferenced():
