@@ -21,7 +21,7 @@ lint: setup
 	$(PY) -m ruff check .
 
 test: lint
-	$(PY) -m pytest -n auto $(PYTEST_ARGS)
+	$(PY) -m pytest -n auto --durations=30 $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m qaccel bench golden

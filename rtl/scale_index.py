@@ -116,14 +116,12 @@ class ScaleIndex(wiring.Component):
 
     ``start`` (a one-cycle strobe) starts a job from element 0, and aborts a running one: the
     beat offered on ``o`` is withdrawn (one transferred in the cycle of ``start`` belongs to
-    the old job). A ``start`` in cycle *n* offers the first beat in cycle *n + 3*
-    (:attr:`latency`: the configuration tables are registered, the lanes are set up, the beat
-    is registered). After that, one beat per cycle while ``o.ready`` is high; a beat is held
-    until it is transferred. The beat holding element ``count - 1`` has ``last`` set; in it,
-    ``index[k]`` for elements ``count`` and beyond are unspecified. ``count = 0`` emits
-    nothing. There are two stages: the lane state holds the next beat, which is summed into
-    the output register when that is empty or being transferred; only then do the lanes
-    advance. ``o.ready`` thus reaches the lane registers' enables combinationally.
+    the old job). A ``start`` in cycle *n* offers the first beat in cycle *n + max_dims + 2*
+    (:attr:`latency`: the configuration tables are registered, stage 0 is set up, then one
+    cycle per dimension, see below). After that, one beat per cycle while ``o.ready`` is
+    high; a beat is held until it is transferred. The beat holding element ``count - 1`` has
+    ``last`` set; in it, ``index[k]`` for elements ``count`` and beyond are unspecified.
+    ``count = 0`` emits nothing.
 
     Mechanism. Lane ``k`` holds the state of element ``k``, then ``k + lanes``, ... (a lane
     advances by ``lanes`` elements per beat): per dimension its coordinate ``i_d``, its
@@ -133,18 +131,28 @@ class ScaleIndex(wiring.Component):
     block positions are held as their distance to the end of the row or block (``size - 1 -
     i_d``, ``block - 1 - r_d``), so that the wrap test for a carry in ``[0, lanes]`` looks at
     a few low bits only. A digit of radix ``R`` advances by such a carry: for ``R >= lanes``
-    it wraps at most once (carry out 0 or 1); for ``R < lanes`` (only when ``lanes > 1``) by
-    a small division of a value below ``2 * lanes`` (``lanes.bit_length()`` conditional
-    subtractions); both are built and ``R < lanes`` chooses, except that ``lanes == 1``
-    builds the first only. The innermost dimension advances by ``lanes``, each dimension's
-    carry out advances the next one; at set-up lane ``k`` advances the zero state by ``k``
-    with the same logic. The block position advances by the same carry as its coordinate,
-    and its carry ``delta`` adds ``stride * delta`` to ``c_d``. A dimension that wraps
-    restarts at a coordinate ``x < lanes``; its block position and contribution (``stride *
-    (x // block)``) come from per-dimension tables over ``x``. These tables and ``stride * k``
-    for ``k <= lanes`` (shift and add) are registered from the configuration and shared by
-    the lanes: there is no multiplier, and the carries between dimensions, the only serial
-    path, are ``lanes.bit_length()`` bits wide.
+    it wraps at most once (carry out 0 or 1); for ``R < lanes`` (only when ``lanes > 1``)
+    the carry out and the new digit are ``v // R`` and ``v % R`` of ``v = x + carry <
+    2 * lanes - 1``, by ``lanes.bit_length()`` conditional subtractions of such small
+    numbers; both are built and ``R < lanes`` chooses, except that ``lanes == 1`` builds the
+    first only. The innermost dimension
+    advances by ``lanes``, each dimension's carry out advances the next one; at set-up, lane
+    ``k`` advances the zero state by ``k`` with the same logic. The block position advances
+    by the same carry as its coordinate, and its carry ``delta`` adds ``stride * delta`` to
+    ``c_d``. A dimension that wraps restarts at a coordinate ``x < lanes``: its block
+    position and block number come from per-dimension tables of ``x % block`` and ``x //
+    block``, its contribution is ``stride * (x // block)``. ``stride * k`` for ``k <= lanes``
+    is a table too. The tables are registered from the configuration (the same division,
+    shift and add) and shared by the lanes: there is no multiplier. Per lane and dimension the
+    wide operations are one subtraction per digit, a ``lanes + 1``-way multiplexer of
+    ``stride * k`` and an addition.
+
+    Pipeline. Dimension ``d`` of every lane is stage ``d``, and the carries between
+    dimensions go through registers: stage ``d`` handles a beat one cycle after stage
+    ``d - 1``, so that no path crosses more than one dimension. Each stage adds its
+    contribution to the beat's partial index as the beat passes, the outermost into the
+    output register. All stages move together when the output register is empty or being
+    transferred (``o.ready`` thus reaches the state registers' enables combinationally).
 
     Parameters
     ----------
@@ -235,8 +243,8 @@ class ScaleIndex(wiring.Component):
 
     @property
     def latency(self) -> int:
-        """Cycles from ``start`` to the first beat offered on ``o`` (3)."""
-        return 3
+        """Cycles from ``start`` to the first beat offered on ``o``: ``max_dims + 2``."""
+        return self._max_dims + 2
 
     def registers(self, layout: ScaleLayout) -> dict:
         """Return the register values for ``layout``: :func:`index_registers` with this
@@ -249,7 +257,8 @@ class ScaleIndex(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         L, D, sw, iw = self._lanes, self._max_dims, self._size_width, self._index_width
-        cw = L.bit_length()                     # carries and small values: [0, 2 * lanes - 2]
+        cw = L.bit_length()                     # carries and sums: [0, 2 * lanes - 2]
+        xw = max(1, cw - 1)                     # coordinates below lanes: [0, lanes - 1]
 
         def comb(shape, value, name):
             s = Signal(shape, name=name)
@@ -262,13 +271,13 @@ class ScaleIndex(wiring.Component):
             return s
 
         def select(index, values, shape, name):
-            """``values[index]``; the last one for larger indices."""
-            s = Signal(shape, name=name)
-            with m.Switch(index):
-                for k, v in enumerate(values):
-                    with m.Case(k) if k < len(values) - 1 else m.Default():
-                        m.d.comb += s.eq(v)
-            return s
+            """``values[index]`` (the last one for larger indices): a binary multiplexer
+            tree."""
+            level = list(values) + [values[-1]] * ((1 << len(index)) - len(values))
+            for j in range(len(index)):
+                level = [Mux(index[j], level[2 * i + 1], level[2 * i])
+                         for i in range(len(level) // 2)]
+            return comb(shape, level[0], name)
 
         def high_zero(value):
             """Whether ``value`` (``sw`` bits) is below ``2**cw``."""
@@ -282,7 +291,7 @@ class ScaleIndex(wiring.Component):
                 ge = comb(1, rem >= (d << j), f"{name}_ge{j}")
                 rem = comb(cw, Mux(ge, rem - (d << j), rem), f"{name}_r{j}")
                 bits.append(ge)
-            return comb(cw, Cat(*reversed(bits)), f"{name}_q"), rem
+            return comb(cw, Cat(*reversed(bits)), f"{name}_q"), rem[:xw]
 
         # -- configuration tables (one register stage, shared by the lanes) --------------------
         cfg = []
@@ -295,9 +304,9 @@ class ScaleIndex(wiring.Component):
             qt, rt = [], []                     # x // block, x % block for x < lanes
             if L > 1:
                 for x in range(L):
-                    q, r = divmod_small(Const(x, cw), block[:cw], f"div{x}_{d}")
-                    qt.append(reg(cw, Mux(block < L, q, 0), f"qt{x}_{d}"))
-                    rt.append(reg(cw, Mux(block < L, r, x), f"rt{x}_{d}"))
+                    q, r = divmod_small(Const(x, cw), block[:xw], f"div{x}_{d}")
+                    qt.append(reg(xw, Mux(block < L, q, 0), f"qt{x}_{d}"))
+                    rt.append(reg(xw, Mux(block < L, r, x), f"rt{x}_{d}"))
             rm1 = reg(sw, size - 1, f"rm1_{d}")
             bm1 = reg(sw, block - 1, f"bm1_{d}")
             cfg.append({
@@ -306,7 +315,7 @@ class ScaleIndex(wiring.Component):
                 "bm1_hz": reg(1, high_zero(comb(sw, block - 1, f"bm1c_{d}")), f"bm1_hz_{d}"),
                 "r_small": reg(1, size < L, f"r_small_{d}"),
                 "b_small": reg(1, block < L, f"b_small_{d}"),
-                "r_lo": reg(cw, size[:cw], f"r_lo_{d}"), "b_lo": reg(cw, block[:cw], f"b_lo_{d}"),
+                "r_lo": reg(xw, size[:xw], f"r_lo_{d}"), "b_lo": reg(xw, block[:xw], f"b_lo_{d}"),
             })
 
         def digit(lo, hz, cin, rm1_lo, small, r_lo, name):
@@ -316,84 +325,92 @@ class ScaleIndex(wiring.Component):
             ``R - 1 - x``: one subtraction, left to the caller."""
             # R >= lanes: at most one wrap, when gap < cin (a cw-bit compare).
             wrap = comb(1, hz & (lo < cin), f"{name}_wrap")
-            x_big = comb(cw, cin - 1 - lo, f"{name}_xb")
+            x_big = comb(xw, cin - 1 - lo, f"{name}_xb")
             if L == 1:
                 return wrap, x_big
-            # R < lanes: x, cin and x + cin are below 2 * lanes; divide by R.
-            x = comb(cw, rm1_lo - lo, f"{name}_x")
+            # R < lanes: x < R (R in r_lo), v = x + cin < 2 * lanes - 1; divide v by R.
+            x = comb(xw, rm1_lo - lo[:xw], f"{name}_x")
             q, r = divmod_small(comb(cw, x + cin, f"{name}_v"), r_lo, name)
             return (comb(cw, Mux(small, q, wrap), f"{name}_co"),
-                    comb(cw, Mux(small, r, x_big), f"{name}_xn"))
+                    comb(xw, Mux(small, r, x_big), f"{name}_xn"))
 
-        # -- control --------------------------------------------------------------------------
-        init = Signal()                         # the cycle after start: set the lanes up
-        left = Signal(self._count_width)        # elements from the staged beat on
-        s_valid = Signal()                      # a beat is staged in the lane state
+        # -- pipeline control -----------------------------------------------------------------
+        # Stage d holds dimension d of every lane. Stage 0 moves to the next beat after
+        # passing on the one it holds; its carries reach stage d + 1 a cycle later, through
+        # registers, with a token saying whether they set up or advance the stage. The index
+        # of a beat is summed along the stages behind it: stage d adds its contribution while
+        # it holds the beat (partial sums p[d + 1]), the last stage into the output register.
+        # All stages move together when the output register can take a beat (``step``).
+        init = Signal()                         # the cycle after start: stage 0 sets up
+        left = Signal(self._count_width)        # elements from stage 0's beat on
+        s_valid = Signal()                      # stage 0 holds a beat to pass on
         s_last = Signal()                       # ... and it is the last one
         o = self.o
-        load = comb(1, s_valid & (~o.valid | o.ready), "load")
-        step = comb(1, init | load, "step")
+        step = comb(1, ~o.valid | o.ready, "step")
+        t_init = [init] + [Signal(name=f"t_init_{d}") for d in range(1, D)]
+        t_adv = [s_valid] + [Signal(name=f"t_adv_{d}") for d in range(1, D)]
+        p_valid = [s_valid] + [Signal(name=f"p_valid_{d}") for d in range(1, D)]
+        p_last = [s_last] + [Signal(name=f"p_last_{d}") for d in range(1, D)]
 
         # -- lanes ----------------------------------------------------------------------------
-        # At set-up (init) a lane's state reads as the zero state (gap size - 1, block gap
-        # block - 1, contribution 0) and advances by k: the narrow inputs of the digits are
-        # multiplexed, the wide ones enter through the "restart" operands below.
-        indices = []
+        # At set-up (t_init) a stage reads as the zero state (gap size - 1, block gap block - 1,
+        # contribution 0) and advances by its carry (k in stage 0): the narrow inputs of the
+        # digits are multiplexed, the wide ones enter through the "restart" operands below.
         for k in range(L):
             cin = comb(cw, Mux(init, k, L), f"cin{k}_0")
-            contribs = []
+            psum = None
             for d in range(D):
-                cf, top = cfg[d], d == D - 1
+                cf, top, ini = cfg[d], d == D - 1, t_init[d]
                 rgap = Signal(sw, name=f"rgap{k}_{d}")
                 c = Signal(iw, name=f"c{k}_{d}")
-                contribs.append(c)
                 if not top:                     # the outermost dimension never wraps
                     gap = Signal(sw, name=f"gap{k}_{d}")
-                    carry, x_i = digit(Mux(init, cf["rm1"][:cw], gap[:cw]),
-                                       Mux(init, cf["rm1_hz"], high_zero(gap)), cin,
-                                       cf["rm1"][:cw], cf["r_small"], cf["r_lo"], f"i{k}_{d}")
+                    carry, x_i = digit(Mux(ini, cf["rm1"][:cw], gap[:cw]),
+                                       Mux(ini, cf["rm1_hz"], high_zero(gap)), cin,
+                                       cf["rm1"][:xw], cf["r_small"], cf["r_lo"], f"i{k}_{d}")
                     wi = comb(1, carry != 0, f"i{k}_{d}_wrapped")
                 else:
                     wi = Const(0, 1)
-                delta, x_b = digit(Mux(init, cf["bm1"][:cw], rgap[:cw]),
-                                   Mux(init, cf["bm1_hz"], high_zero(rgap)), cin,
-                                   cf["bm1"][:cw], cf["b_small"], cf["b_lo"], f"b{k}_{d}")
+                delta, x_b = digit(Mux(ini, cf["bm1"][:cw], rgap[:cw]),
+                                   Mux(ini, cf["bm1_hz"], high_zero(rgap)), cin,
+                                   cf["bm1"][:xw], cf["b_small"], cf["b_lo"], f"b{k}_{d}")
                 wb = comb(1, delta != 0, f"b{k}_{d}_wrapped")
                 if top or L == 1:               # restart at x < lanes: x // block, x % block
-                    q0, r0 = Const(0, cw), Const(0, cw)
+                    q0, r0 = Const(0, xw), Const(0, xw)
                 else:
-                    q0 = select(x_i, cf["qt"], cw, f"q0_{k}_{d}")
-                    r0 = select(x_i, cf["rt"], cw, f"r0_{k}_{d}")
+                    q0 = select(x_i, cf["qt"], xw, f"q0_{k}_{d}")
+                    r0 = select(x_i, cf["rt"], xw, f"r0_{k}_{d}")
                 sel = comb(cw, Mux(wi, q0, delta), f"sel{k}_{d}")
-                with m.If(step):
+                with m.If(step & (ini | t_adv[d])):
                     m.d.sync += [
-                        rgap.eq(Mux(wi | wb | init, cf["bm1"], rgap)
+                        rgap.eq(Mux(wi | wb | ini, cf["bm1"], rgap)
                                 - Mux(wi, r0, Mux(wb, x_b, cin))),
-                        c.eq(Mux(wi | init, 0, c) + select(sel, cf["t"], iw, f"sx{k}_{d}")),
+                        c.eq(Mux(wi | ini, 0, c) + select(sel, cf["t"], iw, f"sx{k}_{d}")),
                     ]
                     if not top:
-                        m.d.sync += gap.eq(Mux(wi | init, cf["rm1"], gap) - Mux(wi, x_i, cin))
+                        m.d.sync += gap.eq(Mux(wi | ini, cf["rm1"], gap) - Mux(wi, x_i, cin))
+                total = c if psum is None else psum + c
                 if top:
+                    with m.If(step):
+                        m.d.sync += o.payload.index[k].eq(total)
                     break
-                cin = carry
-            while len(contribs) > 1:            # balanced adder tree
-                pairs = [contribs[j] + contribs[j + 1] for j in range(0, len(contribs) - 1, 2)]
-                contribs = pairs + contribs[len(contribs) & ~1:]
-            indices.append(contribs[0][:iw])
+                cin, psum = Signal(cw, name=f"cin{k}_{d + 1}"), Signal(iw, name=f"p{k}_{d + 1}")
+                with m.If(step):
+                    m.d.sync += [cin.eq(carry), psum.eq(total)]
 
         # -- stream ---------------------------------------------------------------------------
-        with m.If(self.start):
-            m.d.sync += [init.eq(1), s_valid.eq(0), o.valid.eq(0)]
-        with m.Elif(init):
+        with m.If(step):
+            for d in range(D - 1):
+                m.d.sync += [t_init[d + 1].eq(t_init[d]), t_adv[d + 1].eq(t_adv[d] & ~t_init[d]),
+                             p_valid[d + 1].eq(p_valid[d]), p_last[d + 1].eq(p_last[d])]
+            m.d.sync += [o.valid.eq(p_valid[D - 1]), o.payload.last.eq(p_last[D - 1])]
+            with m.If(s_valid):
+                m.d.sync += [left.eq(left - L), s_valid.eq(~s_last), s_last.eq(left <= 2 * L)]
+        with m.If(init):
             m.d.sync += [init.eq(0), left.eq(self.count), s_valid.eq(self.count != 0),
                          s_last.eq(self.count <= L)]
-        with m.Elif(load):
-            m.d.sync += [
-                o.valid.eq(1), o.payload.last.eq(s_last),
-                *(o.payload.index[k].eq(indices[k]) for k in range(L)),
-                left.eq(left - L), s_valid.eq(~s_last), s_last.eq(left <= 2 * L),
-            ]
-        with m.Elif(o.ready):
-            m.d.sync += o.valid.eq(0)
-        m.d.comb += self.busy.eq(init | s_valid | o.valid)
+        with m.If(self.start):
+            m.d.sync += [init.eq(1), s_valid.eq(0), o.valid.eq(0),
+                         *(t.eq(0) for t in t_init[1:] + t_adv[1:] + p_valid[1:])]
+        m.d.comb += self.busy.eq(init | s_valid | o.valid | Cat(*p_valid[1:], Const(0, 1)).any())
         return m

@@ -93,23 +93,24 @@ def vector_layouts() -> list:
 # Traces and the checker
 
 
-def job_cycles(count: int, lanes: int) -> int:
-    """Cycles of a job with ``o.ready`` high: start, set-up, staging, beats, one idle."""
-    return 3 + -(-count // lanes) + 1
+def job_cycles(count: int, dut: ScaleIndex) -> int:
+    """Cycles of a job with ``o.ready`` high: start and latency, beats, one idle cycle."""
+    return dut.latency + -(-count // dut.lanes) + 1
 
 
-def check_trace(trace: dict, jobs: list, lanes: int, *, latency: int = 3) -> int:
-    """Check a per-cycle trace against ``jobs`` (``(layout, complete)`` per ``start``, in
-    order); return the number of indices compared.
+def check_trace(trace: dict, jobs: list, dut: ScaleIndex) -> int:
+    """Check a per-cycle trace of ``dut`` against ``jobs`` (``(layout, complete)`` per
+    ``start``, in order); return the number of indices compared.
 
     ``trace`` holds equal-length arrays: ``start``, ``ready``, ``valid``, ``last``, ``busy``
     (1-D) and ``index`` (cycles x lanes). A job owns the transfers after its ``start`` up to
     the cycle of the next one. Checks the indices of every transferred beat (elements below
-    the count), ``last``, the beat count of a complete job, the first beat ``latency``
-    cycles after ``start``, the stream rule (an offered beat stays, unchanged, until taken,
-    unless a ``start`` withdraws it) and ``busy`` (from the cycle after ``start`` to the last
-    transfer of a complete job).
+    the count), ``last``, the beat count of a complete job, the first beat
+    ``dut.latency`` cycles after ``start``, the stream rule (an offered beat stays,
+    unchanged, until taken, unless a ``start`` withdraws it) and ``busy`` (from the cycle
+    after ``start`` to the last transfer of a complete job).
     """
+    lanes, latency = dut.lanes, dut.latency
     start = np.asarray(trace["start"], bool)
     ready = np.asarray(trace["ready"], bool)
     valid = np.asarray(trace["valid"], bool)
@@ -239,24 +240,29 @@ def run_bank(bank, schedule: dict[int, list]) -> dict[int, dict]:
 @requires_verilator
 def test_scale_index_layouts(bank):
     """Every layout of :func:`vector_layouts` (about 400) on lanes 1, 2, 4, 8, back to back
-    in one run: the index sequence is run_indices(layout).ravel(), the first beat 3 cycles
-    after start, one beat per cycle, ``last`` on the final beat, ``busy`` until it."""
+    in one run: the index sequence is run_indices(layout).ravel(), the first beat
+    ``latency`` (6) cycles after start, one beat per cycle, ``last`` on the final beat,
+    ``busy`` until it."""
     layouts = vector_layouts()
     assert len(layouts) >= 300
     assert {lay.kind for lay in layouts} == {"per-tensor", "per-axis", "blocked", "broadcast"}
     assert max(len(lay.sizes_c) for lay in layouts) == 4
-    schedule = {lanes: [(lay, job_cycles(lay.size, lanes)) for lay in layouts]
-                for lanes in LANES}
+    units = bank[1]
+    schedule = {lanes: [(lay, job_cycles(lay.size, unit)) for lay in layouts]
+                for lanes, unit in units.items()}
     traces = run_bank(bank, schedule)
     total = 0
     for lanes, trace in traces.items():
-        total += check_trace(trace, [(lay, True) for lay in layouts], lanes)
-        # One beat per cycle: each job's beats fill the cycles from start + 3 on.
+        lat = units[lanes].latency
+        assert lat == 6
+        total += check_trace(trace, [(lay, True) for lay in layouts], units[lanes])
+        # One beat per cycle: each job's beats fill the cycles from start + latency on.
         valid = np.asarray(trace["valid"], bool)
         t = 0
         for lay, cycles in schedule[lanes]:
             beats = -(-lay.size // lanes)
-            assert valid[t + 3:t + 3 + beats].all() and not valid[t + 3 + beats:t + cycles].any()
+            assert valid[t + lat:t + lat + beats].all()
+            assert not valid[t + lat + beats:t + cycles].any()
             t += cycles
     assert total == 4 * sum(lay.size for lay in layouts)
 
@@ -272,12 +278,12 @@ def test_scale_index_abort(bank):
     for lanes in LANES:
         schedule[lanes], jobs[lanes] = [], []
         for k, lay in enumerate(layouts):
-            full = job_cycles(lay.size, lanes)
+            full = job_cycles(lay.size, bank[1][lanes])
             cut = int(rng.integers(1, full)) if k % 3 else full
             schedule[lanes].append((lay, cut))
             jobs[lanes].append((lay, cut == full))
     for lanes, trace in run_bank(bank, schedule).items():
-        assert check_trace(trace, jobs[lanes], lanes) > 0
+        assert check_trace(trace, jobs[lanes], bank[1][lanes]) > 0
 
 
 @pytest.mark.sim
@@ -289,10 +295,11 @@ def test_scale_index_long_outer_dimension(bank):
     layouts = [blocked((65_540,), 0, 32), blocked((2, 33_000), 1, 5),
                blocked((65_537, 2), 0, 1000)]
     assert all(lay.sizes_c[0] >= 1 << 16 for lay in layouts)
-    schedule = {lanes: [(lay, job_cycles(lay.size, lanes)) for lay in layouts]
-                for lanes in LANES}
+    units = bank[1]
+    schedule = {lanes: [(lay, job_cycles(lay.size, unit)) for lay in layouts]
+                for lanes, unit in units.items()}
     for lanes, trace in run_bank(bank, schedule).items():
-        assert check_trace(trace, [(lay, True) for lay in layouts], lanes) == \
+        assert check_trace(trace, [(lay, True) for lay in layouts], units[lanes]) == \
             sum(lay.size for lay in layouts)
 
 
@@ -357,7 +364,7 @@ class Phase:
 
 @dataclass
 class Run:
-    lanes: int
+    dut: ScaleIndex
     trace: dict
     phases: dict[str, Phase]
 
@@ -368,16 +375,16 @@ class Run:
         return trace, Phase(0, p.end - p.first, p.jobs, [e - p.first for e in p.ends])
 
 
-def amaranth_schedule(lanes: int, seed: int) -> tuple[dict, list[bool], dict[str, Phase]]:
+def amaranth_schedule(dut: ScaleIndex, seed: int) -> tuple[dict, list[bool], dict]:
     """Starts, ready pattern and phases of the Amaranth simulation (see the tests below)."""
     rng = np.random.default_rng(seed)
     starts, ready, phases = {}, [], {}
-    lat = ScaleIndex(lanes=lanes, max_dims=4).latency
+    lanes, lat = dut.lanes, dut.latency
     # latency: a job with ready high, then an empty one.
     a, empty = SMALL_LAYOUTS[0], scale_layout((5, 0, 3), (5,), 0, 0)
     beats = -(-a.size // lanes)
-    starts[2], starts[6 + beats] = a, empty
-    ready += [True] * (10 + beats)
+    starts[2], starts[3 + lat + beats] = a, empty
+    ready += [True] * (6 + 2 * lat + beats)
     phases["latency"] = Phase(0, len(ready), [(a, True), (empty, True)], [1 + lat + beats])
     # back-pressure: random ready, the next job starts 2 cycles after the last transfer.
     first, jobs, ends = len(ready), [], []
@@ -388,7 +395,7 @@ def amaranth_schedule(lanes: int, seed: int) -> tuple[dict, list[bool], dict[str
         r = (rng.random(40 * -(-lay.size // lanes) + 40) < p).tolist()
         r[:lat] = [False] * lat
         end = t + int(np.flatnonzero(r)[-(-lay.size // lanes) - 1])    # last transfer
-        ready += r[:end - t + 3]
+        ready += r[:end - t + 3]                # two idle cycles
         jobs.append((lay, True))
         ends.append(end)
     phases["backpressure"] = Phase(first, len(ready), jobs, ends)
@@ -408,31 +415,36 @@ def amaranth_schedule(lanes: int, seed: int) -> tuple[dict, list[bool], dict[str
 
 @pytest.fixture(scope="module", params=LANES, ids=lambda lanes: f"lanes{lanes}")
 def run(request) -> Run:
-    lanes = request.param
-    starts, ready, phases = amaranth_schedule(lanes, seed=lanes)
-    return Run(lanes, simulate(ScaleIndex(lanes=lanes, max_dims=4), starts, ready), phases)
+    dut = ScaleIndex(lanes=request.param, max_dims=4)
+    starts, ready, phases = amaranth_schedule(dut, seed=request.param)
+    return Run(dut, simulate(dut, starts, ready), phases)
 
 
 def test_scale_index_latency(run):
-    """The first beat comes ``latency`` (3) cycles after start, then one per cycle; busy from
-    the cycle after start to the last beat; count 0 emits nothing."""
+    """The first beat comes ``latency`` (max_dims + 2 = 6) cycles after start, then one per
+    cycle; busy from the cycle after start to the last beat; count 0 emits nothing."""
     trace, phase = run.phase("latency")
-    assert check_trace(trace, phase.jobs, run.lanes) == phase.jobs[0][0].size
-    beats = -(-phase.jobs[0][0].size // run.lanes)
-    assert np.flatnonzero(trace["valid"]).tolist() == list(range(5, 5 + beats))
-    empty_start = 6 + beats
-    assert np.flatnonzero(trace["busy"]).tolist() == [*range(3, 5 + beats), empty_start + 1]
+    dut, lat = run.dut, run.dut.latency
+    assert lat == 6
+    assert check_trace(trace, phase.jobs, dut) == phase.jobs[0][0].size
+    beats = -(-phase.jobs[0][0].size // dut.lanes)
+    assert np.flatnonzero(trace["valid"]).tolist() == list(range(2 + lat, 2 + lat + beats))
+    empty_start = 3 + lat + beats
+    assert np.flatnonzero(trace["start"]).tolist() == [2, empty_start]
+    assert np.flatnonzero(trace["busy"]).tolist() == [*range(3, 2 + lat + beats),
+                                                      empty_start + 1]
 
 
 def test_scale_index_backpressure(run):
     """Random ready (probability 0.25, 0.5 or 0.9 per job): every index once and in order,
     an offered beat held unchanged until taken, and no bubble: a beat is offered in every
-    cycle from start + 3 to the job's last transfer."""
+    cycle from start + latency to the job's last transfer."""
     trace, phase = run.phase("backpressure")
-    assert check_trace(trace, phase.jobs, run.lanes) == sum(lay.size for lay, _ in phase.jobs)
+    lat = run.dut.latency
+    assert check_trace(trace, phase.jobs, run.dut) == sum(lay.size for lay, _ in phase.jobs)
     valid = np.asarray(trace["valid"], bool)
     for s, end in zip(np.flatnonzero(trace["start"]), phase.ends, strict=True):
-        assert valid[s + 3:end + 1].all() and not valid[end + 1:end + 3].any()
+        assert valid[s + lat:end + 1].all() and not valid[end + 1:end + 3].any()
     assert 0.3 < np.mean(trace["ready"]) < 0.9
 
 
@@ -440,12 +452,13 @@ def test_scale_index_restart(run):
     """start mid-stream: while streaming, while a beat is stalled (which it withdraws), in
     the set-up cycle; the new job starts from element 0 with its configuration."""
     trace, phase = run.phase("restart")
-    check_trace(trace, phase.jobs, run.lanes)
+    check_trace(trace, phase.jobs, run.dut)
     t0, t1, t2, t3 = np.flatnonzero(trace["start"])
+    lat = run.dut.latency
     valid, ready = np.asarray(trace["valid"], bool), np.asarray(trace["ready"], bool)
     assert valid[t1] and ready[t1]                     # transferred: the first job's
     assert valid[t2] and not ready[t2]                 # withdrawn
-    assert not valid[t2 + 1:t3 + 3].any() and valid[t3 + 3]
+    assert not valid[t2 + 1:t3 + lat].any() and valid[t3 + lat]
 
 
 @pytest.mark.parametrize(("lanes", "max_dims"), [(4, 1), (2, 2)])
@@ -458,9 +471,10 @@ def test_scale_index_few_dims(lanes, max_dims):
     starts, t = {}, 1
     for lay in layouts:
         starts[t] = lay
-        t += job_cycles(lay.size, lanes)
+        t += job_cycles(lay.size, dut)
     trace = simulate(dut, starts, [True] * t)
-    assert check_trace(trace, [(lay, True) for lay in layouts], lanes) == \
+    assert dut.latency == max_dims + 2
+    assert check_trace(trace, [(lay, True) for lay in layouts], dut) == \
         sum(lay.size for lay in layouts)
 
 
@@ -468,7 +482,7 @@ def test_check_trace_catches_errors(run):
     """The checker is not vacuous: a wrong index, a lost or a repeated beat, a misplaced
     ``last``, a late first beat and a wrong ``busy`` each fail it."""
     trace, phase = run.phase("backpressure")
-    lanes = run.lanes
+    lanes = run.dut.lanes
     valid, ready = np.array(trace["valid"], bool), np.array(trace["ready"], bool)
     taken, stalled = np.flatnonzero(valid & ready), np.flatnonzero(valid & ~ready)
     last_taken = phase.ends[0]
@@ -490,7 +504,7 @@ def test_check_trace_catches_errors(run):
            {k: [v[0], *v[:-1]] if k != "start" else v for k, v in trace.items()}]  # late
     for k, t in enumerate(bad):
         with pytest.raises(AssertionError):
-            check_trace(t, phase.jobs, lanes)
+            check_trace(t, phase.jobs, run.dut)
             pytest.fail(f"mutation {k} passed")
 
 
@@ -498,13 +512,15 @@ def test_check_trace_catches_errors(run):
 # Members and the register helper
 
 
-@pytest.mark.parametrize("lanes", LANES)
-def test_scale_index_elaborates_extremes(lanes):
-    """The narrowest and widest parameters elaborate (size_width may equal the carry
-    width)."""
-    for kwargs in ({"max_dims": 1, "size_width": 4, "index_width": 1, "count_width": 1},
-                   {"max_dims": 8, "size_width": 32, "index_width": 64, "count_width": 64}):
-        Fragment.get(ScaleIndex(lanes=lanes, **kwargs), None)
+@pytest.mark.parametrize(("lanes", "kwargs"), [
+    *((lanes, {"max_dims": 1, "size_width": 4, "index_width": 1, "count_width": 1})
+      for lanes in LANES),
+    (2, {"max_dims": 8, "size_width": 32, "index_width": 64, "count_width": 64}),
+])
+def test_scale_index_elaborates_extremes(lanes, kwargs):
+    """The narrowest parameters (size_width may equal the carry width) and the widest
+    elaborate."""
+    Fragment.get(ScaleIndex(lanes=lanes, **kwargs), None)
 
 
 def test_scale_index_members():
@@ -520,6 +536,9 @@ def test_scale_index_members():
     assert payload["last"].shape.width == 1
     assert (dut.lanes, dut.max_dims, dut.size_width, dut.index_width, dut.count_width) == \
         (4, 3, 12, 24, 20)
+    assert dut.latency == 5
+    with pytest.raises(AttributeError):
+        dut.latency = 2
 
 
 def test_registers_innermost_first():
