@@ -12,6 +12,7 @@ from qaccel.model.floatfmt import FORMATS, FloatFormat
 from qaccel.model.validate import check_int
 from qaccel.rtl.float_unpack import FloatClass, FloatUnpack
 from qaccel.rtl.int_to_float import IntToFloat
+from qaccel.rtl.pipeline import choice_index
 from qaccel.rtl.wide_float import MAX_EXP_WIDTH, MAX_SIG_WIDTH, wide_float_layout
 
 __all__ = ["INT_TYPES", "Decode", "decode_type", "min_exp_width", "min_sig_width"]
@@ -183,11 +184,7 @@ class Decode(wiring.Component):
 
         Raises :exc:`ValueError` if the unit does not carry ``t``.
         """
-        u = decode_type(t)
-        if u not in self._types:
-            raise ValueError(f"fmt must be one of {', '.join(v.name for v in self._types)}, "
-                             f"not {u.name!r}")
-        return self._types.index(u)
+        return choice_index(self._types, decode_type(t))
 
     def elaborate(self, platform):
         m = Module()

@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from qaccel.model.floatfmt import FloatFormat, float_format
 from qaccel.model.validate import check_int
 from qaccel.rtl.float_unpack import FloatClass
-from qaccel.rtl.pipeline import stage
+from qaccel.rtl.pipeline import choice_index, stage
 from qaccel.rtl.wide_float import MAX_EXP_WIDTH, MAX_SIG_WIDTH, wide_float_layout
 
 __all__ = ["LATENCIES", "FloatRound", "min_exp_width", "min_sig_width"]
@@ -191,11 +191,7 @@ class FloatRound(wiring.Component):
 
         Raises :exc:`ValueError` if the unit does not carry ``fmt``.
         """
-        f = float_format(fmt)
-        if f not in self._formats:
-            raise ValueError(f"fmt must be one of {', '.join(g.name for g in self._formats)}, "
-                             f"not {f.name!r}")
-        return self._formats.index(f)
+        return choice_index(self._formats, float_format(fmt))
 
     def elaborate(self, platform):
         m = Module()

@@ -9,12 +9,24 @@ from types import SimpleNamespace
 
 from amaranth.hdl import Module, Signal, Value
 
-__all__ = ["delay", "field_width", "stage"]
+__all__ = ["choice_index", "delay", "field_width", "stage"]
 
 
 def field_width(n: int) -> int:
     """Bits of a field that indexes ``n`` choices (at least 1)."""
     return max(1, (n - 1).bit_length())
+
+
+def choice_index(choices: tuple, choice) -> int:
+    """Return the index of ``choice`` in ``choices`` (a unit's carried types or formats, each
+    with a ``name``): the value of the ``fmt`` input that selects it.
+
+    Raises :exc:`ValueError` naming the carried choices if ``choice`` is not one of them.
+    """
+    if choice not in choices:
+        raise ValueError(f"fmt must be one of {', '.join(c.name for c in choices)}, "
+                         f"not {choice.name!r}")
+    return choices.index(choice)
 
 
 def delay(m: Module, value, cycles: int, name: str) -> Value:

@@ -27,8 +27,8 @@ from qaccel.model.quant import dequantize_linear, division_dtype, quantize_linea
 from qaccel.rtl.dequantize_lane import dq_scales
 from qaccel.rtl.elementwise import Elementwise
 
-__all__ = ["Job", "codes_of", "dequantize_job", "dml_job", "pack", "quantize_job",
-           "unpack_output"]
+__all__ = ["Job", "codes_of", "dequantize_job", "dml_job", "lane_widths", "pack",
+           "quantize_job", "unpack_output"]
 
 
 @dataclass
@@ -83,9 +83,45 @@ def codes_of(a: np.ndarray) -> np.ndarray:
 
 
 def _beats(codes: np.ndarray, lanes: int, width: int) -> list[int]:
+    """Pack codes ``lanes`` to a beat, lane ``k`` in bits ``[k * width, (k + 1) * width)``
+    (the last beat padded with zeros), as Python integers: bit planes through
+    ``np.packbits`` and one ``int.from_bytes`` per beat."""
     pad = (-codes.size) % lanes
-    c = np.concatenate([codes, np.zeros(pad, np.int64)]).reshape(-1, lanes)
-    return [sum(int(v) << (k * width) for k, v in enumerate(row)) for row in c]
+    c = np.concatenate([codes.astype(np.uint64), np.zeros(pad, np.uint64)])
+    planes = (c[:, None] >> np.arange(width, dtype=np.uint64)) & np.uint64(1)
+    raw = np.packbits(planes.astype(np.uint8).reshape(-1, lanes * width), axis=1,
+                      bitorder="little")
+    data, n = raw.tobytes(), raw.shape[1]
+    return [int.from_bytes(data[i:i + n], "little") for i in range(0, len(data), n)]
+
+
+def _codes(beats: list[int], lanes: int, width: int) -> np.ndarray:
+    """The inverse of :func:`_beats`: every lane of every beat, as int64 codes."""
+    nbytes, mask = (lanes * width + 7) // 8, (1 << (lanes * width)) - 1
+    raw = np.frombuffer(b"".join((b & mask).to_bytes(nbytes, "little") for b in beats),
+                        np.uint8).reshape(-1, nbytes)
+    planes = np.unpackbits(raw, axis=1, count=lanes * width, bitorder="little")
+    weights = np.left_shift(np.int64(1), np.arange(width, dtype=np.int64))
+    return (planes.reshape(-1, width).astype(np.int64) * weights).sum(axis=1)
+
+
+def _zero_point_codes(zero_point, scale_shape: tuple[int, ...], n: int) -> np.ndarray:
+    """Codes of the zero points for the ``n`` scales of shape ``scale_shape`` (zeros when
+    absent); a zero point with as many elements as the scale takes its shape (a 0-d scale
+    with a (1,) zero point, which the golden model accepts)."""
+    if zero_point is None:
+        return np.zeros(n, np.int64)
+    z = np.asarray(zero_point)
+    z = z.reshape(scale_shape) if z.size == n else np.broadcast_to(z, scale_shape)
+    return codes_of(z)
+
+
+def lane_widths(unit: Elementwise) -> tuple[int, int]:
+    """Bits per lane of ``unit``'s input (``x``) and output (``y``) beats."""
+    members = unit.signature.members
+    x = members["x"].signature.members["payload"].shape.elem_shape
+    y = members["y"].signature.members["payload"].shape["data"].shape.elem_shape
+    return Shape.cast(x).width, Shape.cast(y).width
 
 
 def _type_name(dtype) -> str:
@@ -103,10 +139,7 @@ def _finish(unit: Elementwise, label: str, lane_regs: dict, layout: ScaleLayout,
                          f"{c.table_depth} (config.table_depth)")
     regs_layout = unit.signature.members["regs"].shape
     regs = pack(regs_layout, {"lane": lane_regs, **unit.index_registers(layout)})
-    members = unit.signature.members
-    x_width = Shape.cast(members["x"].signature.members["payload"].shape.elem_shape).width
-    y_data = members["y"].signature.members["payload"].shape["data"].shape
-    y_width = Shape.cast(y_data.elem_shape).width
+    x_width, y_width = lane_widths(unit)
     xb = _beats(codes_of(x), c.lanes, x_width)
     yb = _beats(codes_of(want), c.lanes, y_width)
     count = int(x.size)
@@ -141,8 +174,7 @@ def quantize_job(unit: Elementwise, x, y_scale, y_zero_point=None, *, axis=1, bl
         "prec": c.precisions.index(prec), "cast": cast,
         "out_fmt": c.q_outputs.index(out), "saturate": int(bool(saturate)),
     }
-    zp = (np.zeros(y_scale.size, np.int64) if y_zero_point is None
-          else codes_of(np.broadcast_to(np.asarray(y_zero_point), y_scale.shape)))
+    zp = _zero_point_codes(y_zero_point, y_scale.shape, y_scale.size)
     return _finish(unit, label or f"Q {dtype_name(x.dtype)}/{dtype_name(y_scale.dtype)} -> {out}"
                    f" {layout.kind}", lane_regs, layout, codes_of(y_scale), zp, x, want,
                    {"op": "quantize", "layout": layout.kind})
@@ -190,8 +222,7 @@ def dequantize_job(unit: Elementwise, x, x_scale, x_zero_point=None, *, axis=1, 
         "use_zp": int(use_zp),
         "wide": int(use_zp and x_name == "int32"),
     }
-    zp = (codes_of(np.broadcast_to(np.asarray(x_zero_point), x_scale.shape)) if use_zp
-          else np.zeros(x_scale.size, np.int64))
+    zp = _zero_point_codes(x_zero_point if use_zp else None, x_scale.shape, x_scale.size)
     return _finish(unit, label or f"DQ {x_name} -> {dtype_name(want.dtype)} {layout.kind}",
                    lane_regs, layout, codes_of(x_scale), zp, x, want,
                    {"op": "dequantize", "layout": layout.kind})
@@ -199,9 +230,7 @@ def dequantize_job(unit: Elementwise, x, x_scale, x_zero_point=None, *, axis=1, 
 
 def unpack_output(job: Job, beats: list[int], width: int, lanes: int) -> np.ndarray:
     """Turn output beats back into the output array of ``job`` (shape and dtype)."""
-    mask = (1 << width) - 1
-    codes = np.array([(b >> (k * width)) & mask for b in beats for k in range(lanes)],
-                     dtype=np.int64)[:job.count]
+    codes = _codes(beats, lanes, width)[:job.count]
     name = job.out_dtype
     dt = QTYPES[name].dtype if name in QTYPES else FLOAT_TYPES[name]
     raw = codes.astype({1: np.uint8, 2: np.uint16, 4: np.uint32}[dt.itemsize])

@@ -1,0 +1,73 @@
+"""sim.jobs: beat packing against a plain Python packer, zero-point shapes, and jobs whose
+expected beats unpack to the golden model's arrays (no simulator)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from qaccel.model.config import AccelConfig
+from qaccel.model.quant import dequantize_linear, quantize_linear
+from qaccel.rtl.dequantize import Dequantize
+from qaccel.rtl.quantize import Quantize
+from qaccel.sim.jobs import _beats, _codes, dequantize_job, lane_widths, quantize_job, unpack_output
+
+
+def naive_beats(codes, lanes, width):
+    padded = list(codes) + [0] * ((-len(codes)) % lanes)
+    return [sum(int(v) << (k * width) for k, v in enumerate(padded[i:i + lanes]))
+            for i in range(0, len(padded), lanes)]
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4, 8])
+@pytest.mark.parametrize("width", [2, 4, 8, 16, 32])
+def test_beats_match_plain_packing_and_unpack(lanes, width):
+    rng = np.random.default_rng(lanes * 100 + width)
+    codes = rng.integers(0, 1 << width, 203, dtype=np.int64)
+    beats = _beats(codes, lanes, width)
+    assert beats == naive_beats(codes, lanes, width)
+    # a set bit above the lanes (an output beat's last flag) is not part of any code
+    flagged = [b | (1 << (lanes * width)) for b in beats]
+    np.testing.assert_array_equal(_codes(flagged, lanes, width)[:codes.size], codes)
+
+
+@pytest.fixture(scope="module")
+def units():
+    config = AccelConfig(lanes=4)
+    return Quantize(config), Dequantize(config)
+
+
+def test_scalar_scale_with_one_element_zero_point(units):
+    """A 0-d scale with a (1,) zero point: the golden model accepts it, so a job does too."""
+    quantize, dequantize = units
+    x = np.linspace(-40, 40, 13, dtype=np.float32)
+    job = quantize_job(quantize, x, np.float32(0.5), np.array([3], np.int8))
+    assert job.table == [(0, int(np.float32(0.5).view(np.uint32)), 3)]
+    want = quantize_linear(x, np.float32(0.5), np.array([3], np.int8))
+    np.testing.assert_array_equal(unpack_output(job, job.y, lane_widths(quantize)[1], 4), want)
+
+    q = want
+    job = dequantize_job(dequantize, q, np.float32(0.5), np.array([-2], np.int8))
+    assert job.table[0][2] == 0xFE
+    got = unpack_output(job, job.y, lane_widths(dequantize)[1], 4)
+    np.testing.assert_array_equal(got, dequantize_linear(q, np.float32(0.5),
+                                                         np.array([-2], np.int8)))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, ml_dtypes.int4, ml_dtypes.uint2,
+                                   ml_dtypes.float8_e4m3fn, ml_dtypes.float4_e2m1fn])
+def test_job_beats_unpack_to_golden(units, dtype):
+    """The expected beats of a blocked job are the golden output, element for element."""
+    quantize, _ = units
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((6, 37)) * 20).astype(np.float32)
+    scale = (rng.random((6, 3)) + 0.25).astype(np.float32)
+    zp = np.zeros((6, 3), dtype)
+    job = quantize_job(quantize, x, scale, zp, axis=1, block_size=16)
+    want = quantize_linear(x, scale, zp, axis=1, block_size=16)
+    got = unpack_output(job, job.y, lane_widths(quantize)[1], 4)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    # by value: ml_dtypes reads a 4-bit code's byte with or without its sign extension
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+    assert job.count == x.size and len(job.x) == -(-x.size // 4)
