@@ -2,6 +2,7 @@
 
     qaccel demo                 the main job on the default configuration (see README.md)
     qaccel bench golden         golden model vs ONNX Runtime, side by side
+    qaccel bench verify         RTL verification throughput per simulator (beats checked/s)
     qaccel sim quantize|dequantize|dml
                                 one operator call on the simulated RTL, with its cycle report
 """
@@ -15,6 +16,8 @@ __all__ = ["main"]
 
 
 def _bench(args) -> int:
+    if args.suite == "verify":
+        return _bench_verify(args)
     from qaccel import bench
 
     print(f"building the {'quick ' if args.quick else ''}golden benchmark cases...", flush=True)
@@ -31,6 +34,18 @@ def _bench(args) -> int:
     print(bench.format_table(rows))
     _threads_note()
     return 0
+
+
+def _bench_verify(args) -> int:
+    from qaccel.bench_rtl import format_verify_table, verify_throughput
+
+    print("long checked Quantize runs (float32 -> int8, blocked 32, idle 0.2, back-pressure "
+          "0.2), after an untimed warm-up call that compiles or reuses the build...", flush=True)
+    rows = verify_throughput(scale=0.01 if args.quick else 1.0, seed=args.seed,
+                             progress=lambda r: print(f"  {r.simulator} ({r.harness}) done",
+                                                      flush=True))
+    print(format_verify_table(rows))
+    return 0 if rows and all(r.verdict == "bit-exact" for r in rows) else 1
 
 
 def _threads_note():
@@ -148,7 +163,8 @@ def main(argv=None) -> int:
     p.set_defaults(func=_demo)
 
     p = sub.add_parser("bench", help="time qaccel against ONNX Runtime")
-    p.add_argument("suite", choices=["golden"], help="what to time")
+    p.add_argument("suite", choices=["golden", "verify"],
+                   help="golden: qaccel vs ONNX Runtime; verify: RTL beats checked per second")
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     p.add_argument("--repeat", type=int, default=7, help="timed runs per case (default 7)")
     p.add_argument("--seed", type=int, default=0)

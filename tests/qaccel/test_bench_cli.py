@@ -5,6 +5,7 @@ import re
 import pytest
 
 from qaccel import bench, cli
+from qaccel.sim.runner import missing_simulator
 
 
 def test_bench_golden_quick_cases_agree_with_ort():
@@ -42,3 +43,19 @@ def test_demo_quick_passes(capsys):
     assert cli.main(["demo", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "bit-exact" in out and "demo: all checks passed" in out
+
+
+@pytest.mark.sim
+@pytest.mark.skipif(missing_simulator("verilator") is not None,
+                    reason=missing_simulator("verilator") or "")
+def test_verify_throughput_small_run():
+    """One short run on Verilator's stream harness: beats, cycles and a bit-exact check."""
+    from qaccel.bench_rtl import format_verify_table, verify_throughput
+
+    rows = verify_throughput((("verilator", "stream", 2000),))
+    (row,) = rows
+    assert row.verdict == "bit-exact" and row.beats >= 2000
+    assert row.cycles >= row.beats and row.beats_per_second > 0
+    assert "beats/s" in format_verify_table(rows)
+    with pytest.raises(ValueError, match="scale must be > 0, not 0"):
+        verify_throughput(scale=0)
