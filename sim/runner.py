@@ -356,9 +356,22 @@ _TIME0_TRIGGER = re.compile(
 )
 
 
+# Yosys also writes constant drivers of some bits of a reg as `always @*` blocks with nothing
+# to be sensitive to (`always @*\n    res[36] = 1'h0;`). Such a block never runs in Icarus,
+# so those bits stay X for the whole simulation (Verilator, two-state, reads 0): an `initial`
+# assignment gives them their value.
+_CONSTANT_ALWAYS = re.compile(
+    r"^( *)always @\*\n *([\w\\$.]+ ?(?:\[\d+(?::\d+)?\])?) ?= (\d+'[hbdo][0-9a-fA-FxXzZ_]+);$",
+    re.MULTILINE,
+)
+
+
 def icarus_time0_fix(verilog_text: str) -> str:
-    """Return Yosys Verilog with its time-0 ``always @*`` trigger made visible to Icarus 11."""
-    return _TIME0_TRIGGER.sub(r"\1reg \2 ;\n\1initial \2 =\3", verilog_text)
+    """Return Yosys Verilog with its time-0 ``always @*`` trigger made visible to Icarus 11,
+    and its constant ``always @*`` drivers turned into ``initial`` assignments."""
+    text = _TIME0_TRIGGER.sub(r"\1reg \2 ;\n\1initial \2 =\3", verilog_text)
+    return _CONSTANT_ALWAYS.sub(
+        lambda m: f"{m[1]}initial {m[2].rstrip()} = {m[3]};", text)
 
 
 def _artefact(simulator: str, build_dir: Path, toplevel: str) -> Path:

@@ -93,8 +93,13 @@ class StreamPort:
         self._mask = (1 << self.width) - 1
 
     def read_payload(self) -> int:
-        """Return the payload as an int (two's complement decoded if ``signed``)."""
+        """Return the payload as an int (two's complement decoded if ``signed``).
+
+        Raises :exc:`AssertionError` naming the stream if a payload bit is X or Z (a
+        four-state simulator such as Icarus shows undriven or uninitialised bits)."""
         v = self.payload.value
+        if not v.is_resolvable:
+            raise AssertionError(f"{self.name}__payload has X/Z bits: {v}")
         return v.to_signed() if self.signed else v.to_unsigned()
 
     def write_payload(self, value: int) -> None:

@@ -206,8 +206,12 @@ async def test_jobs(dut):
     beats = cycles = 0
     seconds = 0.0
     per_job, captured, stats = [], [], []
-    for job in jobs:
-        r = await tb.run_job(job, capture=capture)
+    for k, job in enumerate(jobs):
+        try:
+            r = await tb.run_job(job, capture=capture)
+        except Exception:
+            dut._log.error(f"job {k} of {len(jobs)} failed: {job['label']}")
+            raise
         beats += r["beats"]
         cycles += r["cycles"]
         seconds += r["seconds"]

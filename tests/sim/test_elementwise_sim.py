@@ -120,10 +120,16 @@ def test_full_matrix(op, simulator):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lanes", [1, 2, 4, 8])
-def test_lanes_full(lanes):
+@pytest.mark.parametrize("op", ["quantize", "dequantize"])
+def test_lanes_full(op, lanes):
+    """Every type and granularity at each lane count (Verilator)."""
     if missing_simulator("verilator"):
         pytest.skip(missing_simulator("verilator"))
-    unit = Quantize(AccelConfig(lanes=lanes))
     rng = np.random.default_rng(50 + lanes)
-    jobs = quantize_matrix(unit, rng, shape=(5, 6, 7)) + dml_matrix(unit, rng)
-    check(run_elementwise(unit, jobs, name=f"quantize_full_l{lanes}"), jobs, "verilator")
+    if op == "quantize":
+        unit = Quantize(AccelConfig(lanes=lanes))
+        jobs = quantize_matrix(unit, rng, shape=(5, 6, 7)) + dml_matrix(unit, rng)
+    else:
+        unit = Dequantize(AccelConfig(lanes=lanes))
+        jobs = dequantize_matrix(unit, rng, shape=(5, 6, 7))
+    check(run_elementwise(unit, jobs, name=f"{op}_full_l{lanes}"), jobs, f"verilator l{lanes}")

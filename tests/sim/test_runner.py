@@ -47,6 +47,12 @@ def test_icarus_time0_fix():
     assert "  reg \\$auto$verilog_backend.cc:2355:dump_module$1 ;\n" in fixed
     assert "  initial \\$auto$verilog_backend.cc:2355:dump_module$1 = 0;\n" in fixed
     assert runner.icarus_time0_fix("module m; endmodule") == "module m; endmodule"
+    # a constant driver with nothing to be sensitive to never runs in Icarus: made initial
+    const = "  always @*\n    res[36] = 1'h0;\n  always @*\n    \\o$3  = 4'h9;\n"
+    assert runner.icarus_time0_fix(const) == ("  initial res[36] = 1'h0;\n"
+                                              "  initial \\o$3 = 4'h9;\n")
+    live = "  always @*\n    res[0] = i[31];\n"          # has an input: left alone
+    assert runner.icarus_time0_fix(live) == live
 
 
 def test_tbconfig_roundtrip(monkeypatch, tmp_path):
