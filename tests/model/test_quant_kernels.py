@@ -10,6 +10,7 @@ import pytest
 from qaccel.model import quant_kernels as qk
 from qaccel.model.quant import dequantize_linear, quantize_linear
 
+from . import naive_quant
 from .quant_helpers import assert_bitexact
 
 
@@ -90,6 +91,21 @@ def test_threads_give_the_same_bits(monkeypatch):
     for _ in range(5):  # threads claim the items in a different order each time
         assert_bitexact(quantize_linear(x, scale, **kwargs), expected)
         assert_bitexact(dequantize_linear(expected, scale, axis=1, block_size=32), dq)
+
+
+@pytest.mark.parametrize("offset", [0, 1, 17, 63])
+@pytest.mark.parametrize("zero_point", [np.int8(3), np.int8(-128), np.uint8(128), np.uint8(0)])
+def test_long_runs_to_8_bits_with_line_stores(offset, zero_point):
+    """Per-tensor float32 -> int8/uint8 runs of NT_MIN_RUN and more go out in 64-byte lines
+    with non-temporal stores (a scalar head up to the first aligned line, a scalar tail):
+    bit-exact with the naive model for any alignment of x, ties, saturation, inf and NaN."""
+    rng = np.random.default_rng(offset)
+    for n in (qk.NT_MIN_RUN - 1, qk.NT_MIN_RUN, 3 * qk.ITEM_ELEMENTS + 77):
+        x = (rng.standard_normal(n + offset) * 120).astype(np.float32)[offset:]
+        x[::97], x[5::101], x[7::103] = np.nan, np.inf, -np.inf
+        x[9::89] = np.float32(0.5) * rng.integers(-600, 600, x[9::89].size)  # ties
+        want = naive_quant.quantize(x, np.float32(0.5), zero_point)
+        assert_bitexact(quantize_linear(x, np.float32(0.5), zero_point), want)
 
 
 def test_run_items_claims_every_item_once():
