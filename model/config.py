@@ -30,7 +30,9 @@ __all__ = [
     "LANES",
     "Q_INPUTS",
     "Q_OUTPUTS",
+    "NBITS",
     "SCALES",
+    "SIMD",
     "AccelConfig",
 ]
 
@@ -49,6 +51,10 @@ DQ_INPUTS = (*Q_OUTPUTS[:8], "int32", *Q_OUTPUTS[8:])
 DQ_OUTPUTS = ("float32", "float16", "bfloat16")
 #: Division precisions of QuantizeLinear (float64 for int32 operands).
 PRECISIONS = ("float32", "float16", "bfloat16", "float64")
+#: K elements per cycle per output column the MatMulNBits engine supports.
+SIMD = (1, 2, 4, 8, 16)
+#: MatMulNBits weight widths.
+NBITS = (2, 3, 4, 5, 6, 7, 8)
 
 
 def _types(name: str, value, allowed: tuple[str, ...]) -> tuple[str, ...]:
@@ -99,6 +105,21 @@ class AccelConfig:
     divider_bits_per_stage : int
         Quotient bits per pipeline stage of the divider: 1, 2 or 4 (latency against logic
         depth).
+    pe : int
+        MatMulNBits engine: output columns computed in parallel (1..64).
+    simd : int
+        MatMulNBits engine: K elements per cycle per column, one of :data:`SIMD`; a run-time
+        block_size must be at least ``simd``.
+    weight_bus_width : int
+        MatMulNBits engine: bits of packed weights per cycle, shared by the ``pe`` columns
+        (a power of two, ``8 * pe`` to 2048). The weight stream bounds the MAC rate at
+        ``weight_bus_width / (pe * bits)`` elements per column and cycle.
+    nbits : tuple of int
+        MatMulNBits weight widths carried (subset of :data:`NBITS`).
+    float_add_latency : int
+        MatMulNBits engine: latency of the float32 accumulating adders (1..3). Each
+        accumulator is split into this many partial sums used in turn, which fixes the
+        accumulation order (see :mod:`qaccel.model.nbits_hw`).
     """
 
     lanes: int = 1
@@ -113,6 +134,11 @@ class AccelConfig:
     size_width: int = 16
     count_width: int = 32
     divider_bits_per_stage: int = 1
+    pe: int = 4
+    simd: int = 8
+    weight_bus_width: int = 128
+    nbits: tuple[int, ...] = NBITS
+    float_add_latency: int = 3
     _slug: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -139,6 +165,20 @@ class AccelConfig:
                 self.divider_bits_per_stage, bool):
             raise ValueError(f"divider_bits_per_stage must be 1, 2 or 4, not "
                              f"{self.divider_bits_per_stage!r}")
+        check_int("pe", self.pe, 1, 64)
+        if isinstance(self.simd, bool) or self.simd not in SIMD:
+            raise ValueError(f"simd must be one of {SIMD}, not {self.simd!r}")
+        bus = check_int("weight_bus_width", self.weight_bus_width, 8 * self.pe, 2048)
+        if bus & (bus - 1):
+            raise ValueError(f"weight_bus_width must be a power of two, not {bus}")
+        if isinstance(self.nbits, (str, int)) or not isinstance(self.nbits, (tuple, list)):
+            raise TypeError(f"nbits must be a tuple of bit widths, not {self.nbits!r}")
+        if not self.nbits or any(isinstance(b, bool) or b not in NBITS for b in self.nbits) \
+                or len(set(self.nbits)) != len(self.nbits):
+            raise ValueError(f"nbits must hold distinct widths from {NBITS}, not "
+                             f"{tuple(self.nbits)!r}")
+        set_(self, "nbits", tuple(sorted(self.nbits)))
+        check_int("float_add_latency", self.float_add_latency, 1, 3)
         for x in self.q_inputs:
             for s in self.scales:
                 need = self.division_type(x, s)

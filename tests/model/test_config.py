@@ -60,10 +60,26 @@ def test_slug_is_stable_and_distinguishes():
     ({"count_width": 64}, ValueError, "count_width must be in"),
     ({"divider_bits_per_stage": 3}, ValueError, "divider_bits_per_stage must be 1, 2 or 4"),
     ({"precisions": ("float32",)}, ValueError, "precisions must include float64"),
+    ({"pe": 0}, ValueError, r"pe must be in \[1, 64\], not 0"),
+    ({"pe": 2.0}, TypeError, "pe must be an integer"),
+    ({"simd": 32}, ValueError, r"simd must be one of \(1, 2, 4, 8, 16\), not 32"),
+    ({"weight_bus_width": 96}, ValueError, "weight_bus_width must be a power of two, not 96"),
+    ({"weight_bus_width": 16}, ValueError, r"weight_bus_width must be in \[32, 2048\]"),
+    ({"nbits": 4}, TypeError, "nbits must be a tuple of bit widths, not 4"),
+    ({"nbits": (4, 4)}, ValueError, "nbits must hold distinct widths"),
+    ({"nbits": (1, 4)}, ValueError, r"nbits must hold distinct widths .*, not \(1, 4\)"),
+    ({"float_add_latency": 4}, ValueError, r"float_add_latency must be in \[1, 3\], not 4"),
 ])
 def test_errors_name_field_and_value(changes, error, match):
     with pytest.raises(error, match=match):
         AccelConfig(**changes)
+
+
+def test_mac_engine_fields_round_trip():
+    c = AccelConfig(pe=8, simd=16, weight_bus_width=512, nbits=[8, 4], float_add_latency=2)
+    assert c.nbits == (4, 8)                                   # sorted tuple
+    assert AccelConfig.from_json(c.to_json()) == c
+    assert c.slug != AccelConfig().slug
 
 
 def test_from_dict_errors():
