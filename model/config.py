@@ -116,10 +116,13 @@ class AccelConfig:
         ``weight_bus_width / (pe * bits)`` elements per column and cycle.
     nbits : tuple of int
         MatMulNBits weight widths carried (subset of :data:`NBITS`).
-    float_add_latency : int
-        MatMulNBits engine: latency of the float32 accumulating adders (1..3). Each
-        accumulator is split into this many partial sums used in turn, which fixes the
-        accumulation order (see :mod:`qaccel.model.nbits_hw`).
+    partial_sums : int
+        MatMulNBits engine: each float32 accumulator is split into this many partial sums,
+        used in turn and added up at the end (1..16); this fixes the accumulation order (see
+        :mod:`qaccel.model.nbits_hw`). A partial sum takes its next operand only when the
+        adder (:class:`~qaccel.rtl.binary32.Binary32`, latency 7) is done with the previous
+        one, so fewer than 7 partial sums slow down accumulations that receive an operand
+        every cycle.
     """
 
     lanes: int = 1
@@ -138,7 +141,7 @@ class AccelConfig:
     simd: int = 8
     weight_bus_width: int = 128
     nbits: tuple[int, ...] = NBITS
-    float_add_latency: int = 3
+    partial_sums: int = 8
     _slug: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -178,7 +181,7 @@ class AccelConfig:
             raise ValueError(f"nbits must hold distinct widths from {NBITS}, not "
                              f"{tuple(self.nbits)!r}")
         set_(self, "nbits", tuple(sorted(self.nbits)))
-        check_int("float_add_latency", self.float_add_latency, 1, 3)
+        check_int("partial_sums", self.partial_sums, 1, 16)
         for x in self.q_inputs:
             for s in self.scales:
                 need = self.division_type(x, s)

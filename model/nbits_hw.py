@@ -4,12 +4,12 @@
 rounded once), which is what a CPU can afford.  The engine accumulates in float32 with
 ``simd`` lanes per output column and pipelined adders, so its sums are rounded in a
 different, equally fixed, order.  :func:`matmul_nbits_hw` reproduces that order from the
-:class:`~qaccel.model.config.AccelConfig` (``simd``, ``float_add_latency``), so that the
+:class:`~qaccel.model.config.AccelConfig` (``simd``, ``partial_sums``), so that the
 cocotb scoreboard can demand bit-exact equality with the RTL; against ONNX Runtime and the
 golden model it agrees within ``1e-6 * sum_k |a_k w_k|`` (tested).
 
 Every operation below is one IEEE float32 operation, rounded to nearest even (``f32(...)``);
-integers are exact.  ``L = config.float_add_latency``, ``S = config.simd``.
+integers are exact.  ``L = config.partial_sums``, ``S = config.simd``.
 
 Weights (both paths)
     ``w = f32(q - zp) * s`` (integer or absent zero point, default ``2**(bits-1)``) or
@@ -18,8 +18,8 @@ Weights (both paths)
 
 Float path (accuracy_level 0..3; level 4 with float zero points or g_idx)
     Products ``p_k = f32(a_k * w_k)``.  Element ``k`` goes to lane ``j = k % S`` and, within
-    the lane, to partial sum ``r = (k // S) % L`` (an adder of latency ``L`` takes a new
-    operand every cycle by cycling through ``L`` partial sums).  Each partial sum starts at
+    the lane, to partial sum ``r = (k // S) % L`` (a pipelined adder takes a new operand every
+    cycle by cycling through ``L`` partial sums).  Each partial sum starts at
     +0 and adds its products in ascending ``k``; elements past K add nothing.  A lane's total
     is ``((P[0] + P[1]) + P[2]) ...``; the lanes are then summed pairwise, level by level
     (``T[2i] + T[2i+1]``), into ``y``.
@@ -127,12 +127,12 @@ def matmul_nbits_hw(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K,
     out_shape = (*a.shape[:-1], op.N)
     a32 = a.reshape(-1, op.K).astype(_F32)
     if int8_path(level, float_zero_points=op.zmode == _k.ZP_FLOAT, g_idx=op.gidx is not None):
-        y = _int8_path(a32, op, config.float_add_latency)
+        y = _int8_path(a32, op, config.partial_sums)
     else:
         w = dequantize_nbits(B, scales, zero_points, g_idx, K=op.K, N=op.N, bits=op.bits,
                              block_size=op.block_size)
         y = _float_path(a32, np.ascontiguousarray(w, _F32), config.simd,
-                        config.float_add_latency)
+                        config.partial_sums)
     if bias is not None:
         b = as_array("bias", bias)
         if b.dtype != a.dtype:

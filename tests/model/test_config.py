@@ -68,7 +68,7 @@ def test_slug_is_stable_and_distinguishes():
     ({"nbits": 4}, TypeError, "nbits must be a tuple of bit widths, not 4"),
     ({"nbits": (4, 4)}, ValueError, "nbits must hold distinct widths"),
     ({"nbits": (1, 4)}, ValueError, r"nbits must hold distinct widths .*, not \(1, 4\)"),
-    ({"float_add_latency": 4}, ValueError, r"float_add_latency must be in \[1, 3\], not 4"),
+    ({"partial_sums": 17}, ValueError, r"partial_sums must be in \[1, 16\], not 17"),
 ])
 def test_errors_name_field_and_value(changes, error, match):
     with pytest.raises(error, match=match):
@@ -76,7 +76,7 @@ def test_errors_name_field_and_value(changes, error, match):
 
 
 def test_mac_engine_fields_round_trip():
-    c = AccelConfig(pe=8, simd=16, weight_bus_width=512, nbits=[8, 4], float_add_latency=2)
+    c = AccelConfig(pe=8, simd=16, weight_bus_width=512, nbits=[8, 4], partial_sums=2)
     assert c.nbits == (4, 8)                                   # sorted tuple
     assert AccelConfig.from_json(c.to_json()) == c
     assert c.slug != AccelConfig().slug
