@@ -15,10 +15,12 @@ from qaccel.rtl.float_mul import FloatMul
 from qaccel.rtl.float_round import FloatRound
 from qaccel.rtl.float_round import min_exp_width as round_exp_width
 
-__all__ = ["OPS", "Binary32"]
+__all__ = ["LATENCY", "OPS", "Binary32"]
 
 #: The operations :class:`Binary32` computes.
 OPS = ("mul", "add", "sub")
+#: :attr:`Binary32.latency` of each operation.
+LATENCY = {"mul": 6, "add": 7, "sub": 7}
 _SIG = 24          # float32 significand with the hidden bit
 _SUM = _SIG + 2    # sum significand kept by FloatAdd: a guard bit and a round bit, plus sticky
 
@@ -70,6 +72,7 @@ class Binary32(wiring.Component):
             width = _SUM
         self._round = FloatRound(("float32",), sig_width=width, exp_width=E + 1, latency=3)
         self._latency = self._dec_a.latency + self._core.latency + self._round.latency
+        assert self._latency == LATENCY[op]
         super().__init__({"a": In(unsigned(32)), "b": In(unsigned(32)),
                           "y": Out(unsigned(32))})
 
