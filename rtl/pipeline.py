@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from amaranth.hdl import Module, Signal, Value
 
-__all__ = ["choice_index", "delay", "field_width", "stage"]
+__all__ = ["choice_index", "delay", "field_width", "pick", "stage"]
 
 
 def field_width(n: int) -> int:
@@ -27,6 +27,17 @@ def choice_index(choices: tuple, choice) -> int:
         raise ValueError(f"fmt must be one of {', '.join(c.name for c in choices)}, "
                          f"not {choice.name!r}")
     return choices.index(choice)
+
+
+def pick(m: Module, index: Value, values, name: str) -> Signal:
+    """Return a combinational signal of ``m`` holding ``values[index]`` (a multiplexer; 0 when
+    ``index`` is past the end). ``values`` are values of one shape."""
+    out = Signal.like(values[0], name=name)
+    with m.Switch(index):
+        for k, v in enumerate(values):
+            with m.Case(k):
+                m.d.comb += out.eq(v)
+    return out
 
 
 def delay(m: Module, value, cycles: int, name: str) -> Value:

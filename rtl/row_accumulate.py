@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from qaccel.model.validate import check_int
 from qaccel.rtl.binary32 import LATENCY, Binary32
+from qaccel.rtl.pipeline import pick
 
 __all__ = ["RowAccumulate"]
 
@@ -98,11 +99,7 @@ class RowAccumulate(wiring.Component):
             add = Binary32("add")
             m.submodules[f"acc{p}"] = add
             adders.append(add)
-            cur = Signal(32, name=f"cur{p}")
-            with m.Switch(slot):
-                for r in range(L):
-                    with m.Case(r):
-                        m.d.comb += cur.eq(bank[p][r])
+            cur = pick(m, slot, bank[p], f"cur{p}")
             m.d.comb += [add.a.eq(cur), add.b.eq(i.payload.t[p])]
         # the slot each result returns to, and when
         m.d.sync += [flight_valid.eq(Mux(take, 1, 0) | (flight_valid << 1)),
@@ -141,11 +138,7 @@ class RowAccumulate(wiring.Component):
             add = Binary32("add")
             m.submodules[f"fold{p}"] = add
             folders.append(add)
-            operand = Signal(32, name=f"fop{p}")
-            with m.Switch(step):
-                for r in range(1, L + 1):
-                    with m.Case(r):
-                        m.d.comb += operand.eq(fbank[p][r])
+            operand = pick(m, step, fbank[p], f"fop{p}")      # step 1..L: P[1].. and the bias
             m.d.comb += [add.a.eq(acc[p]), add.b.eq(operand)]
         # one addition at a time: issue, wait for the adder, take its result
         with m.If(~fold_idle & ~o.valid):
