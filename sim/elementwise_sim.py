@@ -69,11 +69,8 @@ def run_elementwise(unit: Elementwise, jobs: Sequence[Job], *, name: str,
         raise ValueError("jobs must hold at least one Job")
     text = json.dumps([j.to_dict() for j in jobs])
     path = build_root() / "jobs" / f"{digest(text)[:16]}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        tbconfig.write_atomic(path, text)
     config = {"jobs_file": str(path), "latency": unit.latency,
               "table_fields": table_fields(unit), "seed": 1, **params}
     return run_cocotb(unit, name=name, test_module="tb_elementwise", simulator=simulator,
@@ -92,6 +89,13 @@ def _artefact(b: Build) -> Path:
     return b.build_dir / (b.toplevel if b.simulator == "verilator" else "sim.vvp")
 
 
+def design_key(unit: Elementwise) -> str:
+    """A hash of everything ``unit``'s Verilog depends on (its class, its configuration, the
+    rtl and model sources, the tool versions): builds are found by it without emitting."""
+    return digest({"unit": f"{type(unit).__module__}.{type(unit).__qualname__}",
+                   "config": unit.config.to_dict(), "sources": sources_digest()})
+
+
 def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilator") -> Build:
     """Return a finished build of ``unit`` as module ``name`` (see :func:`~qaccel.sim.runner.
     build`), emitting its Verilog only when no build of it is known.
@@ -101,9 +105,8 @@ def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilat
     and configuration, the rtl and model sources and the tool versions. The returned
     :class:`~qaccel.sim.runner.Build` has ``built`` true only if this call compiled it.
     """
-    key = digest({"unit": f"{type(unit).__module__}.{type(unit).__qualname__}",
-                  "config": unit.config.to_dict(), "name": name, "simulator": simulator,
-                  "build_args": BUILD_ARGS.get(simulator), "sources": sources_digest()})
+    key = digest({"design": design_key(unit), "name": name, "simulator": simulator,
+                  "build_args": BUILD_ARGS.get(simulator)})
     with _builds_lock:
         known = _builds.get(unit, {}).get(key)
     if known is not None and _artefact(known).exists():
@@ -122,10 +125,8 @@ def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilat
             mark_elaborated(unit)
     if b is None:
         b = build(unit, name=name, simulator=simulator)
-        index.parent.mkdir(parents=True, exist_ok=True)
-        tmp = index.with_name(f"{index.name}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps({"build_dir": str(b.build_dir), "verilog": str(b.verilog)}))
-        tmp.replace(index)
+        tbconfig.write_atomic(index, json.dumps({"build_dir": str(b.build_dir),
+                                                  "verilog": str(b.verilog)}))
     with _builds_lock:
         _builds.setdefault(unit, {})[key] = b
     return b

@@ -82,9 +82,9 @@ from amaranth.lib import wiring
 
 from qaccel.model.validate import check_int
 from qaccel.rtl.elementwise import Elementwise
-from qaccel.sim.elementwise_sim import table_fields
+from qaccel.sim.elementwise_sim import design_key, table_fields
 from qaccel.sim.jobs import Job
-from qaccel.sim.runner import SimulationError, digest, sources_digest
+from qaccel.sim.runner import SimulationError
 from qaccel.sim.vectors import (
     _CLOCK,
     _EXE,
@@ -1161,9 +1161,7 @@ def elementwise_sim(unit: Elementwise, *, name: str | None = None) -> StreamSim:
     key = (type(unit), unit.config)
     sim = _SIMS.get(key)
     if sim is None or (name is not None and sim.name != name):
-        design = digest({"unit": f"{type(unit).__module__}.{type(unit).__qualname__}",
-                         "config": unit.config.to_dict(), "sources": sources_digest()})
-        sim = _SIMS[key] = StreamSim(unit, name=name, design_key=design)
+        sim = _SIMS[key] = StreamSim(unit, name=name, design_key=design_key(unit))
     return sim
 
 

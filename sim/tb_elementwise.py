@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import time
 
@@ -53,10 +52,7 @@ PROGRESS_BEATS = 2048
 
 
 def _write_json(path: str, value) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(value, f)
-    os.replace(tmp, path)
+    tbconfig.write_atomic(path, json.dumps(value))
 
 
 class ElementwiseTB:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENV_VAR", "encode", "load_records", "params", "record"]
+__all__ = ["ENV_VAR", "encode", "load_records", "params", "record", "write_atomic"]
 
 #: Name of the environment variable holding the testbench configuration.
 ENV_VAR = "QACCEL_TB_CONFIG"
@@ -40,14 +41,23 @@ def params() -> dict[str, Any]:
     return dict(_load()["params"])
 
 
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename, so that a reader
+    (another process, a pytest-xdist worker) sees the old file or the new one, never a part
+    of it; the parent folder is created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def record(test: str, **values: Any) -> None:
     """Store JSON-serialisable ``values`` under ``test`` in the records file of this run."""
     path = Path(_load()["records"])
     data = load_records(path)
     data.setdefault(test, {}).update(values)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def load_records(path: str | os.PathLike) -> dict[str, dict[str, Any]]:

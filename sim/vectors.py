@@ -78,6 +78,7 @@ from qaccel.sim.runner import (
     simulator_env,
     verbose_enabled,
 )
+from qaccel.sim.tbconfig import write_atomic
 
 __all__ = [
     "MAX_WIDTH",
@@ -457,10 +458,7 @@ class VectorSim:
         self._dir = build_root() / f"{name}-{self._kind}-{self._key[:12]}"
         self._built = self._build(text)
         if index is not None:
-            index.parent.mkdir(parents=True, exist_ok=True)
-            tmp = index.with_name(f"{index.name}.{uuid.uuid4().hex}.tmp")
-            tmp.write_text(json.dumps({"key": self._key}))
-            tmp.replace(index)
+            write_atomic(index, json.dumps({"key": self._key}))
         self._build_time = time.perf_counter() - start
 
     def _reuse_indexed(self, index: Path) -> bool:
