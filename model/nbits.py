@@ -25,7 +25,9 @@ Accumulation (the defined order, independent of threads and tiling)
     the kernels may fuse each multiply-add without changing a bit).
     accuracy_level 4 (int8 path, ORT's CompInt8): A is quantised per row and K-block,
     symmetric int8 (``amax = max|a|``, zero-padded past K; ``sa = f32(amax/127)``,
-    ``inv = f32(127/amax)`` or 0, ``qa = RNE(f32(a*inv))``); then for each block b in
+    ``inv = f32(127/amax)`` or 0, ``qa = RNE(f32(a*inv))``, or 0 where that product is not
+    finite, as ONNX Runtime: a block with ``0 < amax < 127/FLT_MAX`` adds 0, one holding
+    inf or NaN gives NaN through ``sa``); then for each block b in
     ascending order ``acc += f64(f32(sa*sb)) * isum + f64(f32(sa*asum)) * f64(f32(-sb*zp))``
     with ``isum = sum(qa*q)`` over the raw weights and ``asum = sum(qa)``, both exact, and
     ``y = f32(acc)``.  Then, on both paths, ``y = f32(y + bias)`` and the result is rounded

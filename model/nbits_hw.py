@@ -26,11 +26,11 @@ Float path (accuracy_level 0..3; level 4 with float zero points or g_idx)
 
 Int8 path (accuracy_level 4, integer or absent zero points, no g_idx)
     A is quantised per row and K-block exactly as the golden model does it (``sa = f32(amax /
-    127)``, ``qa = RNE(f32(a * f32(127 / amax)))``).  For each block ``b``: ``isum = sum(qa *
-    q)`` over the raw weights and ``asum = sum(qa)`` (exact), then the block term ``t_b =
-    f32(f32(f32(sa * sb) * isum) + f32(f32(sa * asum) * f32(-sb * zp)))``.  Block ``b`` is
-    added to partial sum ``b % L`` (each starts at +0, blocks ascending), and ``y =
-    ((P[0] + P[1]) + P[2]) ...``.
+    127)``, ``qa = RNE(f32(a * f32(127 / amax)))``, 0 where not finite).  For each block
+    ``b``: ``isum = sum(qa * q)`` over the raw weights and ``asum = sum(qa)`` (exact), then
+    the block term ``t_b = f32(f32(f32(sa * sb) * isum) + f32(f32(sa * asum) * f32(-sb *
+    zp)))``.  Block ``b`` is added to partial sum ``b % L`` (each starts at +0, blocks
+    ascending), and ``y = ((P[0] + P[1]) + P[2]) ...``.
 
 Then ``y = f32(y + bias)``, rounded to A's type (float16 / bfloat16 A are widened to float32,
 exactly, and the result rounded at the end).

@@ -238,7 +238,10 @@ def quantize_a(A, block_size):
     """CompInt8 activation quantiser: per row and K-block of A (M, K) float32.
 
     Returns qa (M, K) float32 holding the int8 values, sa (M, k_blocks) float32 and the
-    block sums ``absum = f32(sa * sum(qa))`` (M, k_blocks) float32.
+    block sums ``absum = f32(sa * sum(qa))`` (M, k_blocks) float32.  Where ``f32(a * inv)``
+    is not finite (``127 / amax`` overflowed: 0 < amax < 127 / FLT_MAX; or an inf or NaN in
+    the block) qa is 0, as ONNX Runtime gives (measured: such blocks add 0, or NaN through
+    ``sa``).
     """
     M, K = A.shape
     kb = (K + block_size - 1) // block_size
@@ -259,6 +262,8 @@ def quantize_a(A, block_size):
             total = _F32(0.0)  # exact: |sum| <= 127 * block_size < 2**24
             for k in range(k0, k1):
                 v = np.rint(A[m, k] * inv)
+                if not np.isfinite(v):
+                    v = _F32(0.0)
                 qa[m, k] = v
                 total += v
             sa[m, b] = scale

@@ -71,16 +71,15 @@ class ActivationQuant(wiring.Component):
     ``rows == 0`` is an empty job (no beat taken or given, ``busy`` stays low). They must be
     valid at ``start`` and hold while ``busy``.
 
-    Non-finite results. Where ``quantize_a``'s ``qa`` is not an int8 the block's beats carry
-    ``qa = 0`` and ``invalid = 1`` (0 elsewhere), and ``sa`` is still ``quantize_a``'s:
+    Non-finite products. Where ``f32(a * inv)`` is not finite ``quantize_a`` (like ONNX
+    Runtime) gives ``qa = 0``; that happens for whole blocks, whose beats here carry
+    ``qa = 0`` and ``invalid = 1`` (0 elsewhere), ``sa`` being ``quantize_a``'s:
 
     * a NaN in the block: ``sa`` is that NaN (the last one), sign cleared, made quiet
       (x86 division keeps the payload);
-    * an infinity (no NaN): ``sa = +inf`` (``inv = 0``: ``quantize_a`` gives 0 for the
-      finite elements, as here, and NaN for the infinite ones);
+    * an infinity (no NaN): ``sa = +inf`` (``inv = 0``; the finite elements give 0 anyway);
     * a finite ``amax`` below ``127 / FLT_MAX`` (about 3.7e-37, subnormals included) but not
-      0: ``127 / amax`` overflows to inf, so ``quantize_a`` gives ``qa = ±inf`` (NaN for
-      zeros); ``sa = f32(amax / 127)`` as usual (tiny, or 0).
+      0: ``127 / amax`` overflows to inf; ``sa = f32(amax / 127)`` as usual (tiny, or 0).
 
     Otherwise ``|qa| <= 127`` (``a * inv <= 127 * (1 + 2**-24)``).
 

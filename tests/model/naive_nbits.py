@@ -93,7 +93,8 @@ def matmul_f64(A, Wt):
 
 
 def quantize_a(A, block_size):
-    """Per row and block: amax, sa = f32(amax/127), inv = f32(127/amax), qa = rint(f32(a*inv))."""
+    """Per row and block: amax, sa = f32(amax/127), inv = f32(127/amax), qa = rint(f32(a*inv)),
+    0 where that is not finite."""
     M, K = A.shape
     kb = -(-K // block_size)
     qa = np.zeros((M, K), F32)
@@ -104,7 +105,9 @@ def quantize_a(A, block_size):
             amax = F32(np.abs(A[m, sl]).max())
             sa[m, b] = amax / F32(127)
             inv = F32(127) / amax if amax != 0 else F32(0)
-            qa[m, sl] = np.rint(F32(A[m, sl] * inv))
+            with np.errstate(invalid="ignore", over="ignore"):
+                v = np.rint(F32(A[m, sl] * inv))
+            qa[m, sl] = np.where(np.isfinite(v), v, 0)  # ORT: inv overflowed, or inf/NaN
     return qa, sa
 
 

@@ -308,6 +308,35 @@ def test_dequantised_weights_bit_exact(bits, zp_kind, dtype):
         np.testing.assert_array_equal(y, y_ort)
 
 
+# --------------------------------------------------------------------------- level-4 edges
+
+
+@pytest.mark.parametrize("M", [1, 5])
+@pytest.mark.parametrize(("bits", "zp_kind"), [(4, "none"), (4, "packed"), (8, "packed")])
+def test_level4_tiny_and_nonfinite_blocks_vs_ort(bits, zp_kind, M):
+    """Blocks where ``127 / amax`` overflows (0 < amax < 127 / FLT_MAX: tiny normals, all
+    subnormals) quantise to qa = 0 and add exactly 0, as in ORT; a block holding inf or NaN
+    makes the row NaN (ORT's M > 1 kernel drops a NaN from its max-abs and gives a finite
+    row: there qaccel follows its M = 1 kernel). Other blocks of a row are unaffected."""
+    key = (bits, 32, 200, zp_kind, False, False, "float32", "ort")
+    A = activations(M, 200)
+    A[:, 0:32] *= np.float32(1e-37)                  # amax ~ 3e-37: 127/amax overflows
+    A[:, 64:96] *= np.float32(1e-41)                 # all subnormal
+    y_ort, y = run_both(4, key, A)
+    assert np.isfinite(y).all()
+    assert_close(y, y_ort, A, key)
+    plain = A.copy()
+    plain[:, 0:32] = 0
+    plain[:, 64:96] = 0
+    np.testing.assert_array_equal(y, run_both(4, key, plain)[1])
+    A[0, 40] = np.inf
+    A[-1, 100] = np.nan
+    y_ort, y = run_both(4, key, A)
+    assert np.isnan(y_ort[0]).all() and np.isnan(y[0]).all()
+    assert np.isnan(y[-1]).all()
+    assert np.isnan(y_ort[-1]).all() == (M == 1)
+
+
 # --------------------------------------------------------------------------- g_idx
 
 

@@ -155,16 +155,21 @@ def decode_q(out, simd: int) -> dict[str, np.ndarray]:
 
 
 def expected_q(A: np.ndarray, block_size: int, simd: int) -> dict[str, np.ndarray]:
-    """The beats quantize_a implies: qa padded to whole blocks, 0 (and invalid) in blocks
-    where quantize_a's qa is not finite; sa per beat; the flags."""
+    """The beats quantize_a implies: qa padded to whole blocks (0 in the blocks where
+    ``f32(a * inv)`` is not finite, flagged invalid: amax inf, NaN, or so small that
+    ``127 / amax`` overflows); sa per beat; the flags."""
     rows, k = A.shape
     kb = -(-k // block_size)
     qa, sa, _ = quantize_a(np.ascontiguousarray(A), block_size)
     pad = np.zeros((rows, kb * block_size), F32)
     pad[:, :k] = qa
     blocks = pad.reshape(rows, kb, block_size)
-    invalid = ~np.isfinite(blocks).all(axis=2)
-    blocks[invalid] = 0
+    apad = np.zeros((rows, kb * block_size), F32)
+    apad[:, :k] = A
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        amax = np.abs(apad.reshape(rows, kb, block_size)).max(axis=2)
+        invalid = ~np.isfinite(amax) | ((amax != 0) & np.isinf(F32(127) / amax))
+    assert not blocks[invalid].any()
     assert np.abs(blocks).max(initial=0) <= 127
     per = block_size // simd                                     # beats per block
     n = rows * kb * per
