@@ -121,8 +121,15 @@ class AccelConfig:
         used in turn and added up at the end (1..16); this fixes the accumulation order (see
         :mod:`qaccel.model.nbits_hw`). A partial sum takes its next operand only when the
         adder (:class:`~qaccel.rtl.binary32.Binary32`, latency 7) is done with the previous
-        one, so fewer than 7 partial sums slow down accumulations that receive an operand
-        every cycle.
+        one (8 cycles), so fewer than 8 partial sums slow down accumulations that receive an
+        operand every cycle.
+    max_block_size : int
+        MatMulNBits engine: the largest run-time block_size (a power of two, 16 to 1024);
+        it sizes the activation buffer and the integer block sums.
+    float_path : bool
+        MatMulNBits engine: carry the float32 path (accuracy levels 0..3, float zero points)
+        beside the int8 path (accuracy level 4). Without it the engine is much smaller and
+        takes int8-path jobs only.
     """
 
     lanes: int = 1
@@ -142,6 +149,8 @@ class AccelConfig:
     weight_bus_width: int = 128
     nbits: tuple[int, ...] = NBITS
     partial_sums: int = 8
+    max_block_size: int = 256
+    float_path: bool = True
     _slug: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -174,6 +183,9 @@ class AccelConfig:
         bus = check_int("weight_bus_width", self.weight_bus_width, 8 * self.pe, 2048)
         if bus & (bus - 1):
             raise ValueError(f"weight_bus_width must be a power of two, not {bus}")
+        if bus > 256 * self.pe:
+            raise ValueError(f"weight_bus_width must be at most 256 bits per column (pe "
+                             f"{self.pe}: {256 * self.pe}), not {bus}")
         if isinstance(self.nbits, (str, int)) or not isinstance(self.nbits, (tuple, list)):
             raise TypeError(f"nbits must be a tuple of bit widths, not {self.nbits!r}")
         if not self.nbits or any(isinstance(b, bool) or b not in NBITS for b in self.nbits) \
@@ -182,6 +194,11 @@ class AccelConfig:
                              f"{tuple(self.nbits)!r}")
         set_(self, "nbits", tuple(sorted(self.nbits)))
         check_int("partial_sums", self.partial_sums, 1, 16)
+        mb = check_int("max_block_size", self.max_block_size, 16, 1024)
+        if mb & (mb - 1) or mb < self.simd:
+            raise ValueError(f"max_block_size must be a power of two from 16 to 1024, not {mb}")
+        if not isinstance(self.float_path, bool):
+            raise TypeError(f"float_path must be a bool, not {self.float_path!r}")
         for x in self.q_inputs:
             for s in self.scales:
                 need = self.division_type(x, s)

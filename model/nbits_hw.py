@@ -32,6 +32,13 @@ Int8 path (accuracy_level 4, integer or absent zero points, no g_idx)
     zp)))``.  Block ``b`` is added to partial sum ``b % L`` (each starts at +0, blocks
     ascending), and ``y = ((P[0] + P[1]) + P[2]) ...``.
 
+g_idx (float path)
+    The engine reads blocks in order, so :func:`gidx_operands` first lays K out group by
+    group: the elements of group 0, ascending ``k``, padded to whole blocks, then group 1, ...
+    (empty groups take no block). Each new block carries its group's scale and zero point;
+    a padding slot has ``a = +0`` and code 0 (it adds ``f32(+0 * w)``, which changes nothing
+    unless ``w`` is inf or NaN). The float path then runs on that layout.
+
 Then ``y = f32(y + bias)``, rounded to A's type (float16 / bfloat16 A are widened to float32,
 exactly, and the result rounded at the end).
 """
@@ -42,10 +49,19 @@ import numpy as np
 
 from . import nbits_kernels as _k
 from .config import AccelConfig
-from .nbits import _A_DTYPES, _check_A, _Op, dequantize_nbits, unpack_nbits, unpack_zero_points
+from .nbits import (
+    _A_DTYPES,
+    _check_A,
+    _Op,
+    dequantize_nbits,
+    pack_nbits,
+    pack_zero_points,
+    unpack_nbits,
+    unpack_zero_points,
+)
 from .validate import as_array, check_int, check_shape
 
-__all__ = ["int8_path", "matmul_nbits_hw"]
+__all__ = ["gidx_operands", "int8_path", "matmul_nbits_hw"]
 
 _F32 = np.float32
 
@@ -106,6 +122,36 @@ def _int8_path(a: np.ndarray, op: _Op, lat: int) -> np.ndarray:
         return _fold(acc)
 
 
+def gidx_operands(a: np.ndarray, op: _Op):
+    """The g_idx layout (see the module notes) of validated operands: ``a`` (M, K) in A's
+    type and ``op`` (with ``op.gidx``) -> ``(A, B, scales, zero_points, K)`` without g_idx,
+    ``K`` a whole number of blocks, for the engine's float path."""
+    bs, bits, N = op.block_size, op.bits, op.N
+    g = op.gidx
+    counts = np.bincount(g, minlength=op.kb)
+    blocks = -(-counts // bs)                                # blocks per group
+    group_of_block = np.repeat(np.arange(op.kb), blocks)
+    start = bs * (np.cumsum(blocks) - blocks)                # first slot of each group
+    order = np.argsort(g, kind="stable")
+    rank = np.arange(len(g)) - np.repeat(np.cumsum(counts) - counts, counts)
+    slots = start[g[order]] + rank                           # new slot of element order[j]
+    K2 = bs * int(blocks.sum())
+    a2 = np.zeros((a.shape[0], K2), a.dtype)
+    a2[:, slots] = a[:, order]
+    q = unpack_nbits(op.Bw.view(np.uint8), bits, bs).reshape(N, -1)[:, : op.K]
+    q2 = np.zeros((N, K2), np.uint8)
+    q2[:, slots] = q[:, order]
+    B2 = pack_nbits(q2.reshape(N, -1, bs), bits)
+    scales2 = np.ascontiguousarray(op.scales[:, group_of_block]).astype(a.dtype)
+    zp2 = None
+    if op.zmode == _k.ZP_FLOAT:
+        zp2 = np.ascontiguousarray(op.zpf[:, group_of_block]).astype(a.dtype)
+    elif op.zmode == _k.ZP_PACKED:
+        codes = unpack_zero_points(op.zpk, bits, op.kb)[:, group_of_block]
+        zp2 = pack_zero_points(codes, bits)
+    return a2, B2, scales2, zp2, K2
+
+
 def matmul_nbits_hw(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits,
                     block_size, accuracy_level=0, config: AccelConfig | None = None):
     """MatMulNBits as the engine of ``config`` computes it (arguments as
@@ -125,6 +171,11 @@ def matmul_nbits_hw(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K,
         raise ValueError(f"bits {op.bits} is not carried by this engine (config.nbits "
                          f"{config.nbits})")
     out_shape = (*a.shape[:-1], op.N)
+    if op.gidx is not None:
+        a2, B2, s2, z2, K2 = gidx_operands(a.reshape(-1, op.K), op)
+        y = matmul_nbits_hw(a2, B2, s2, z2, None, bias, K=K2, N=op.N, bits=op.bits,
+                            block_size=op.block_size, accuracy_level=0, config=config)
+        return y.reshape(out_shape)
     a32 = a.reshape(-1, op.K).astype(_F32)
     if int8_path(level, float_zero_points=op.zmode == _k.ZP_FLOAT, g_idx=op.gidx is not None):
         y = _int8_path(a32, op, config.partial_sums)

@@ -5,6 +5,8 @@
     qaccel bench verify         RTL verification throughput per simulator (beats checked/s)
     qaccel sim quantize|dequantize|dml
                                 one operator call on the simulated RTL, with its cycle report
+    qaccel sim matmul-nbits     MatMulNBits on the simulated engine: cycles, MAC utilisation,
+                                bit-exactness, error against the golden model and ORT
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ def _shape(text: str) -> tuple[int, ...]:
 
 
 def _sim(args) -> int:
+    if args.op == "matmul-nbits":
+        return _sim_nbits(args)
     import numpy as np
 
     from qaccel.engine import RTL, RTLMismatchError, example_call
@@ -142,6 +146,32 @@ def _sim(args) -> int:
     return 0 if verdict.startswith("bit-exact") else 1
 
 
+def _sim_nbits(args) -> int:
+    from qaccel.engine import RTL
+    from qaccel.model.config import AccelConfig
+    from qaccel.nbits_sim import nbits_example, run_report
+
+    try:
+        config = AccelConfig.load(args.config) if args.config else AccelConfig()
+        call = nbits_example(K=args.K, N=args.N, M=args.M, bits=args.bits,
+                             block_size=args.block_size or 32, zero_points=args.zero_points,
+                             bias=args.bias, seed=args.seed)
+        rtl = RTL(config, args.simulator, check=True, harness=args.harness, idle=args.idle,
+                  backpressure=args.backpressure, seed=args.seed)
+    except (OSError, TypeError, ValueError) as e:
+        raise SystemExit(f"qaccel sim: {e}") from None
+    print(f"RTL matmul-nbits: A ({args.M} x {args.K}) float32, W int{args.bits} block "
+          f"{args.block_size or 32} ({args.zero_points} zero points{', bias' if args.bias else ''}"
+          f"), N {args.N}, accuracy_level {args.level}; engine pe {config.pe} x simd "
+          f"{config.simd}, weight bus {config.weight_bus_width} bits, on {args.simulator}",
+          flush=True)
+    try:
+        ok = run_report(rtl, call, args.level)
+    except ValueError as e:
+        raise SystemExit(f"qaccel sim: {e}") from None
+    return 0 if ok else 1
+
+
 def _verilog(args) -> int:
     from qaccel.emit import write_verilog
     from qaccel.model.config import AccelConfig
@@ -172,8 +202,8 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("sim", help="one operator call on the simulated RTL: cycles, "
                                    "throughput, and the comparison with the golden model")
-    p.add_argument("op", choices=["quantize", "dequantize", "dml"],
-                   help="QuantizeLinear, DequantizeLinear or DirectML's quantize")
+    p.add_argument("op", choices=["quantize", "dequantize", "dml", "matmul-nbits"],
+                   help="QuantizeLinear, DequantizeLinear, DirectML's quantize or MatMulNBits")
     p.add_argument("--shape", type=_shape, default=(64, 256),
                    help="shape of x, e.g. 64,256 (default)")
     p.add_argument("--dtype", help="type of x (default float32; dequantize: int8)")
@@ -181,7 +211,8 @@ def main(argv=None) -> int:
     p.add_argument("--output-dtype", help="output type (default int8; dequantize: the scale's)")
     p.add_argument("--axis", type=int, help="per-axis scale along this axis (default: "
                                             "per-tensor; dml: the scale varies along it)")
-    p.add_argument("--block-size", type=int, default=0, help="blocks along --axis")
+    p.add_argument("--block-size", type=int, default=0,
+                   help="blocks along --axis (matmul-nbits: the weight block, default 32)")
     p.add_argument("--precision", help="quantize: the precision attribute (division type)")
     p.add_argument("--no-zero-point", action="store_true", help="leave the zero point out")
     p.add_argument("--simulator", choices=["verilator", "icarus"], default="verilator")
@@ -193,14 +224,25 @@ def main(argv=None) -> int:
     p.add_argument("--backpressure", type=float, default=0.0,
                    help="back-pressure probability per cycle on y")
     p.add_argument("--seed", type=int, default=0, help="data and pause seed")
+    g = p.add_argument_group("matmul-nbits")
+    g.add_argument("--bits", type=int, default=4, help="weight bits, 2..8 (default 4)")
+    g.add_argument("--K", type=int, default=1024, help="inner dimension (default 1024)")
+    g.add_argument("--N", type=int, default=1024, help="output columns (default 1024)")
+    g.add_argument("--M", type=int, default=1, help="rows of A (default 1: a GEMV)")
+    g.add_argument("--level", type=int, default=4, choices=range(5),
+                   help="accuracy_level (default 4: the int8 path)")
+    g.add_argument("--zero-points", choices=["none", "packed", "float"], default="packed",
+                   help="weight zero points (default packed uint8)")
+    g.add_argument("--bias", action="store_true", help="add a bias")
     p.set_defaults(func=_sim)
 
     p = sub.add_parser("verilog", help="write the units' Verilog (AXI4-Stream ports) and a JSON "
                                        "description of ports, registers and configuration")
     p.add_argument("--config", help="an AccelConfig JSON file (default: AccelConfig())")
     p.add_argument("-o", "--output", required=True, help="output folder")
-    p.add_argument("--ops", nargs="+", choices=["quantize", "dequantize"],
-                   default=["quantize", "dequantize"], help="units to write (default: both)")
+    p.add_argument("--ops", nargs="+", choices=["quantize", "dequantize", "matmul_nbits"],
+                   default=["quantize", "dequantize", "matmul_nbits"],
+                   help="units to write (default: all three)")
     p.set_defaults(func=_verilog)
 
     args = parser.parse_args(argv)

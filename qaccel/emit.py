@@ -1,9 +1,10 @@
 """Write the accelerator's Verilog for FPGA synthesis: ``qaccel verilog --config cfg.json -o out/``.
 
-For each operator unit (Quantize, Dequantize) of a configuration, :func:`write_verilog` writes
-``qaccel_<op>.v`` (AXI4-Stream port names, see :class:`qaccel.rtl.axis_top.AxisTop`) and
-``qaccel_<op>.json`` (ports, register and table fields, type indices, latency, the
-configuration), and ``config.json`` (the configuration itself, reloadable with
+For each operator unit (Quantize, Dequantize, the MatMulNBits engine) of a configuration,
+:func:`write_verilog` writes ``qaccel_<op>.v`` (AXI4-Stream port names, see
+:class:`qaccel.rtl.axis_top.AxisTop` and :class:`qaccel.rtl.matmul_nbits_axis.NBitsAxisTop`)
+and ``qaccel_<op>.json`` (ports, register, table and stream fields, type indices, latency,
+the configuration), and ``config.json`` (the configuration itself, reloadable with
 :meth:`AccelConfig.load <qaccel.model.config.AccelConfig.load>`).
 """
 
@@ -18,7 +19,7 @@ from qaccel.model.config import AccelConfig
 __all__ = ["OPS", "write_verilog"]
 
 #: Operator units :func:`write_verilog` can emit.
-OPS = ("quantize", "dequantize")
+OPS = ("quantize", "dequantize", "matmul_nbits")
 
 
 def write_verilog(config: AccelConfig | None, out_dir: str | os.PathLike,
@@ -29,6 +30,7 @@ def write_verilog(config: AccelConfig | None, out_dir: str | os.PathLike,
     """
     from qaccel.rtl.axis_top import AxisTop
     from qaccel.rtl.dequantize import Dequantize
+    from qaccel.rtl.matmul_nbits_axis import NBitsAxisTop
     from qaccel.rtl.quantize import Quantize
     from qaccel.rtl.verilog import emit_verilog
 
@@ -43,8 +45,10 @@ def write_verilog(config: AccelConfig | None, out_dir: str | os.PathLike,
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for op in ops:
-        unit = (Quantize if op == "quantize" else Dequantize)(config)
-        top = AxisTop(unit, op=op)
+        if op == "matmul_nbits":
+            top = NBitsAxisTop(config)
+        else:
+            top = AxisTop((Quantize if op == "quantize" else Dequantize)(config), op=op)
         name = f"qaccel_{op}"
         desc = top.describe()
         (out / f"{name}.v").write_text(emit_verilog(top, name))

@@ -294,6 +294,83 @@ class RTL:
         jobs, boxes = self._plan(layout, job)
         return self._execute("dml", unit, jobs, boxes, want, t0)
 
+    def matmul_nbits(self, A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
+                     bits, block_size, accuracy_level=0):
+        """:func:`qaccel.matmul_nbits` on the MatMulNBits engine
+        (:class:`~qaccel.rtl.matmul_nbits.MatMulNBits`, one job: every column group against
+        every row of A, see :mod:`qaccel.sim.nbits_jobs`).
+
+        The engine's float32 order is :func:`qaccel.model.nbits_hw.matmul_nbits_hw`'s, so
+        with ``check=True`` the result must equal that bit for bit (it agrees with
+        :func:`qaccel.matmul_nbits` and ONNX Runtime within ``1e-6 * sum_k |a_k w_k|``).
+        ``last_run.elements`` counts multiply-accumulates (``M * N * K``), ``beats`` the
+        ``y`` beats (passes). Raises what ``matmul_nbits`` raises, and ValueError for what
+        the engine of ``config`` does not take (see :func:`qaccel.sim.nbits_jobs.nbits_job`).
+        """
+        from qaccel.sim.nbits_jobs import nbits_job, unpack_y, y_words
+
+        t0 = time.perf_counter()
+        job = nbits_job(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
+                        block_size=block_size, accuracy_level=accuracy_level,
+                        config=self.config)
+        harness = self._harness()
+        if harness == "stream":
+            beats, cycles, latency, built = self._run_nbits_stream(job)
+        else:
+            beats, cycles, latency, built = self._run_nbits_cocotb(job)
+        out = unpack_y(job, beats, self.config.pe)
+        self.last_run = RunRecord("matmul_nbits", self.simulator, harness, 1,
+                                  job.M * N * K, len(beats), cycles, 0, latency,
+                                  time.perf_counter() - t0, not built)
+        if self.check:
+            got, want = y_words(beats, self.config.pe), job.y
+            same = (got == want) | (np.isnan(got.view(np.float32))
+                                    & np.isnan(want.view(np.float32)))
+            real = _real_columns(job, self.config.pe)
+            if not (same | ~real).all():
+                p, c = (int(i) for i in np.argwhere(~same & real)[0])
+                raise RTLMismatchError(
+                    f"matmul_nbits: the RTL differs from the engine-order model "
+                    f"(qaccel.model.nbits_hw) in pass {p}, column {c}: RTL "
+                    f"{got[p, c]:#010x}, model {want[p, c]:#010x}")
+        return out
+
+    def _nbits_engine(self):
+        engine = _UNITS.get(("matmul_nbits", self.config))
+        if engine is None:
+            from qaccel.rtl.matmul_nbits import MatMulNBits
+
+            engine = _UNITS["matmul_nbits", self.config] = MatMulNBits(self.config)
+        return engine
+
+    def _run_nbits_stream(self, job):
+        from qaccel.sim.elementwise_sim import design_key
+        from qaccel.sim.streamsim import Segment, StreamSim
+
+        engine = self._nbits_engine()
+        built = False
+        sim = _STREAM_SIMS.get(id(engine))
+        if sim is None:
+            sim = _STREAM_SIMS[id(engine)] = StreamSim(
+                engine, name="matmul_nbits", design_key=design_key(engine))
+            built = sim.built
+        seg = Segment(job.inputs, job.regs, phases=[["start"], list(job.inputs)],
+                      expect={"y": job.passes})
+        r = sim.run_segments([seg], idle=self.idle, backpressure=self.backpressure,
+                             seed=self.seed)[0]
+        # latency: the first pass's last ``a`` beat to its ``y`` beat
+        row_beats = len(job.inputs["a"]) // job.passes
+        latency = int(r.output_cycles["y"][0]) - int(r.accepted["a"][row_beats - 1])
+        return r.outputs["y"], r.cycles, latency, built
+
+    def _run_nbits_cocotb(self, job):
+        from qaccel.sim.nbits_sim import run_nbits_cocotb
+
+        run = run_nbits_cocotb(self._nbits_engine(), [job], simulator=self.simulator,
+                               idle=self.idle, backpressure=self.backpressure,
+                               seed=self.seed, check=False)
+        return run.beats[0], run.cycles[0], None, run.built
+
     # -- internals ----------------------------------------------------------------------------
 
     @staticmethod
@@ -473,6 +550,13 @@ class RTL:
                 if len(r.y_cycles) and len(r.y_cycles) == len(r.x_cycles)]
         return ([r.y for r in results], sum(r.cycles for r in results),
                 sum(len(j.table) + 1 for j in jobs), min(lats) if lats else None, built)
+
+
+def _real_columns(job, pe: int) -> np.ndarray:
+    """(passes, pe) bool: the engine's output columns that are columns of Y (below N)."""
+    groups = job.passes // job.M
+    cols = np.arange(groups * pe).reshape(groups, 1, pe) < job.N
+    return np.broadcast_to(cols, (groups, job.M, pe)).reshape(job.passes, pe)
 
 
 def _sub(a: np.ndarray | None, box: tuple[slice, ...]) -> np.ndarray | None:

@@ -96,7 +96,8 @@ def design_key(unit: Elementwise) -> str:
                    "config": unit.config.to_dict(), "sources": sources_digest()})
 
 
-def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilator") -> Build:
+def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilator",
+                      icarus_live_drivers: bool = False) -> Build:
     """Return a finished build of ``unit`` as module ``name`` (see :func:`~qaccel.sim.runner.
     build`), emitting its Verilog only when no build of it is known.
 
@@ -104,9 +105,12 @@ def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilat
     object and, across processes, in ``<build root>/index/`` under a hash of the unit's class
     and configuration, the rtl and model sources and the tool versions. The returned
     :class:`~qaccel.sim.runner.Build` has ``built`` true only if this call compiled it.
+    ``icarus_live_drivers`` is passed to :func:`~qaccel.sim.runner.build` (Icarus only).
     """
+    live = icarus_live_drivers and simulator == "icarus"
     key = digest({"design": design_key(unit), "name": name, "simulator": simulator,
-                  "build_args": BUILD_ARGS.get(simulator)})
+                  "build_args": BUILD_ARGS.get(simulator),
+                  **({"icarus_live_drivers": True} if live else {})})
     with _builds_lock:
         known = _builds.get(unit, {}).get(key)
     if known is not None and _artefact(known).exists():
@@ -124,7 +128,7 @@ def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilat
                       time.perf_counter() - start)
             mark_elaborated(unit)
     if b is None:
-        b = build(unit, name=name, simulator=simulator)
+        b = build(unit, name=name, simulator=simulator, icarus_live_drivers=live)
         tbconfig.write_atomic(index, json.dumps({"build_dir": str(b.build_dir),
                                                   "verilog": str(b.verilog)}))
     with _builds_lock:
@@ -207,9 +211,11 @@ def capture_elementwise(unit: Elementwise, jobs: Sequence[Job], *, name: str,
 
 
 def _run_testbench(b: Build, run_dir: Path, config: dict, testcase: str,
-                   progress_file: Path | None, progress) -> None:
-    """Run ``tb_elementwise`` on the finished build ``b`` in ``run_dir`` (what
-    :func:`~qaccel.sim.runner.run_cocotb` does after its build step); raise if a test fails."""
+                   progress_file: Path | None, progress, *,
+                   test_module: str = "qaccel.sim.tb_elementwise") -> None:
+    """Run ``test_module`` (default ``tb_elementwise``) on the finished build ``b`` in
+    ``run_dir`` (what :func:`~qaccel.sim.runner.run_cocotb` does after its build step); raise
+    if a test fails."""
     from cocotb_tools.check_results import get_results
     from cocotb_tools.runner import get_runner
 
@@ -223,7 +229,7 @@ def _run_testbench(b: Build, run_dir: Path, config: dict, testcase: str,
         try:
             with _environment(b.simulator):
                 get_runner(b.simulator).test(
-                    test_module="qaccel.sim.tb_elementwise", hdl_toplevel=b.toplevel,
+                    test_module=test_module, hdl_toplevel=b.toplevel,
                     hdl_toplevel_lang="verilog", testcase=testcase,
                     extra_env={tbconfig.ENV_VAR: tbconfig.encode(config, records),
                                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},

@@ -69,6 +69,9 @@ def test_slug_is_stable_and_distinguishes():
     ({"nbits": (4, 4)}, ValueError, "nbits must hold distinct widths"),
     ({"nbits": (1, 4)}, ValueError, r"nbits must hold distinct widths .*, not \(1, 4\)"),
     ({"partial_sums": 17}, ValueError, r"partial_sums must be in \[1, 16\], not 17"),
+    ({"max_block_size": 48}, ValueError, r"max_block_size must be a power of two .*, not 48"),
+    ({"max_block_size": 2048}, ValueError, r"max_block_size must be in \[16, 1024\]"),
+    ({"pe": 1, "weight_bus_width": 512}, ValueError, r"at most 256 bits per column"),
 ])
 def test_errors_name_field_and_value(changes, error, match):
     with pytest.raises(error, match=match):

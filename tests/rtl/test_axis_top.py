@@ -32,7 +32,7 @@ def onnx_bytes(codes, bits: int) -> bytes:
 
 
 def test_write_verilog_axis_names(tmp_path):
-    paths = write_verilog(SMALL, tmp_path)
+    paths = write_verilog(SMALL, tmp_path, ops=("quantize", "dequantize"))
     assert {p.name for p in paths} == {"qaccel_quantize.v", "qaccel_quantize.json",
                                        "qaccel_dequantize.v", "qaccel_dequantize.json",
                                        "config.json"}
@@ -47,6 +47,29 @@ def test_write_verilog_axis_names(tmp_path):
         assert desc["type_indices"]["out_fmt"] == list(
             SMALL.q_outputs if op == "quantize" else SMALL.dq_outputs)
     assert AccelConfig.load(tmp_path / "config.json") == SMALL
+
+
+def test_write_verilog_matmul_nbits(tmp_path):
+    """The engine with AXI4-Stream names: four input streams, y, cfg registers."""
+    config = AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=False)
+    paths = write_verilog(config, tmp_path, ops=("matmul_nbits",))
+    assert {p.name for p in paths} == {"qaccel_matmul_nbits.v", "qaccel_matmul_nbits.json",
+                                       "config.json"}
+    text = (tmp_path / "qaccel_matmul_nbits.v").read_text()
+    header = text.split("module qaccel_matmul_nbits(")[1].split(");")[0]
+    ports = {p.strip() for p in header.split(",")}
+    want = {f"s_axis_{s}_{f}" for s in "awsz" for f in ("tdata", "tvalid", "tready")}
+    want |= {"m_axis_y_tdata", "m_axis_y_tlast", "m_axis_y_tvalid", "m_axis_y_tready",
+             "cfg_k", "cfg_block_size", "cfg_bits", "cfg_passes", "cfg_int8", "cfg_zp_mode",
+             "cfg_bias", "cfg_start", "busy", "clk", "rst"}
+    assert ports == want
+    desc = json.loads((tmp_path / "qaccel_matmul_nbits.json").read_text())
+    assert {p["name"] for p in desc["ports"]} == ports
+    widths = {p["name"]: p["width"] for p in desc["ports"]}
+    assert widths["s_axis_w_tdata"] == 32 and widths["m_axis_y_tdata"] == 64
+    assert widths["s_axis_a_tdata"] == 4 * 32 and widths["s_axis_s_tdata"] == 2 * 2 * 32
+    assert [f["name"] for f in desc["tdata"]["s"]] == ["scale.0", "scale.1", "zero.0",
+                                                       "zero.1"]
 
 
 def test_axis_top_errors():

@@ -1,0 +1,188 @@
+"""MatMulNBits on the engine: an operator call turned into the engine's register values and
+stream beats (:class:`~qaccel.rtl.matmul_nbits.MatMulNBits`), and its answer back into Y.
+
+The passes are every column group (``pe`` output columns) against every row of A, column
+group outer: pass ``g * M + m`` computes ``Y[m, g * pe : (g + 1) * pe]``. The expected beats
+come from :func:`qaccel.model.nbits_hw.matmul_nbits_hw` with the engine's configuration, so
+the comparison is bit-exact.
+
+Beats are StreamSim payloads: ``(beats, words)`` ``uint64`` arrays, least significant word
+first, each stream's payload layout as the engine declares it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qaccel.model import nbits_kernels as _k
+from qaccel.model.config import AccelConfig
+from qaccel.model.nbits import _check_A, _Op, unpack_zero_points
+from qaccel.model.nbits_hw import gidx_operands, int8_path, matmul_nbits_hw
+from qaccel.rtl.matmul_nbits import ZP_DEFAULT, ZP_FLOAT, ZP_PACKED
+
+__all__ = ["NBitsJob", "nbits_job", "unpack_y", "y_words"]
+
+
+@dataclass
+class NBitsJob:
+    """One engine job: ``regs`` (register values), ``inputs`` (beats per input stream),
+    ``y`` (the expected ``y`` beats, ``(passes, pe)`` float32 bit patterns) and the shape of
+    the operator's output."""
+
+    regs: dict[str, int]
+    inputs: dict[str, np.ndarray]
+    y: np.ndarray
+    M: int
+    N: int
+    out_shape: tuple[int, ...]
+    out_dtype: np.dtype
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def passes(self) -> int:
+        return self.regs["passes"]
+
+
+def _words(rows: np.ndarray) -> np.ndarray:
+    """(n, bytes) uint8 -> StreamSim payloads: (n, ceil(bytes / 8)) uint64, little-endian,
+    zero-padded; (n,) when one word."""
+    n, nbytes = rows.shape
+    out = np.zeros((n, -(-nbytes // 8) * 8), np.uint8)
+    out[:, :nbytes] = rows
+    words = out.view("<u8")
+    return words[:, 0] if words.shape[1] == 1 else words
+
+
+def _bitstream(codes: np.ndarray, bits: int) -> np.ndarray:
+    """(..., n) codes -> (..., ceil(n * bits / 8)) bytes: an LSB-first bit stream per row."""
+    lead, n = codes.shape[:-1], codes.shape[-1]
+    b = (codes[..., None].astype(np.uint16) >> np.arange(bits, dtype=np.uint16)) & 1
+    b = b.reshape(*lead, n * bits).astype(np.uint8)
+    pad = (-b.shape[-1]) % 8
+    b = np.concatenate([b, np.zeros((*lead, pad), np.uint8)], axis=-1)
+    return np.packbits(b, axis=-1, bitorder="little")
+
+
+def _interleave(per_column: np.ndarray, lane_bytes: int) -> np.ndarray:
+    """(pe, bytes) column streams -> words whose bytes ``[p * lane_bytes, ...)`` are the
+    next ``lane_bytes`` of column ``p`` (the last word zero-padded)."""
+    pe, nbytes = per_column.shape
+    n = -(-nbytes // lane_bytes)
+    padded = np.zeros((pe, n * lane_bytes), np.uint8)
+    padded[:, :nbytes] = per_column
+    return _words(padded.reshape(pe, n, lane_bytes).transpose(1, 0, 2).reshape(n, -1))
+
+
+def nbits_job(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits,
+              block_size, accuracy_level=0, config: AccelConfig | None = None) -> NBitsJob:
+    """Return the engine job computing ``matmul_nbits(...)`` (arguments as
+    :func:`qaccel.model.nbits.matmul_nbits`), with its expected beats.
+
+    Raises ValueError / TypeError as ``matmul_nbits_hw`` does, and ValueError for what this
+    engine does not take: block_size outside ``[max(16, simd),
+    config.max_block_size]``, float zero points or accuracy levels 0..3 without
+    ``config.float_path`` (g_idx too takes the float path, on the layout of
+    :func:`qaccel.model.nbits_hw.gidx_operands`).
+    """
+    config = AccelConfig() if config is None else config
+    y_ref = matmul_nbits_hw(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
+                            block_size=block_size, accuracy_level=accuracy_level,
+                            config=config)
+    a = _check_A(A, K)
+    op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
+             dtype=a.dtype)
+    if op.gidx is not None:        # the engine's g_idx layout: a plain float-path job
+        a2, B2, s2, z2, K2 = gidx_operands(a.reshape(-1, K), op)
+        job = nbits_job(a2, B2, s2, z2, None, bias, K=K2, N=N, bits=bits,
+                        block_size=block_size, accuracy_level=0, config=config)
+        job.out_shape = y_ref.shape
+        job.meta.update(accuracy_level=accuracy_level, g_idx=True)
+        return job
+    bs, kb, pe, simd = op.block_size, op.kb, config.pe, config.simd
+    if not max(16, simd) <= bs <= config.max_block_size:
+        raise ValueError(f"block_size must be in [{max(16, simd)}, {config.max_block_size}] "
+                         f"for this engine, not {bs}")
+    int8 = int8_path(accuracy_level, float_zero_points=op.zmode == _k.ZP_FLOAT, g_idx=False)
+    if not int8 and not config.float_path:
+        raise ValueError("this engine has no float path (config.float_path False): "
+                         "accuracy_level 4 with integer or no zero points only")
+    a32 = a.reshape(-1, K).astype(np.float32)
+    M = a32.shape[0]
+    groups = -(-N // pe)
+    Np = groups * pe
+
+    # a: per pass the row, ceil(K / simd) beats
+    nbeat = -(-K // simd)
+    rows = np.zeros((M, nbeat * simd), np.float32)
+    rows[:, :K] = a32
+    row_bytes = rows.view(np.uint8).reshape(M, nbeat * simd * 4)
+    a_beats = _words(np.tile(row_bytes, (groups, 1)).reshape(groups * M * nbeat, simd * 4))
+
+    # w: per column, its B row (k_blocks * blob bytes) once per row of A
+    blob = op.Bw.view(np.uint8).reshape(N, -1)[:, : kb * bs * op.bits // 8]
+    Bp = np.zeros((Np, blob.shape[1]), np.uint8)
+    Bp[:N] = blob
+    cols = Bp.reshape(groups, pe, -1)                                   # (g, pe, bytes)
+    per_col = np.repeat(cols[:, :, None, :], M, axis=2)                 # (g, pe, M, bytes)
+    per_col = per_col.transpose(1, 0, 2, 3).reshape(pe, -1)
+    w_beats = _interleave(per_col, config.weight_bus_width // pe // 8)
+
+    # s: per pass [bias], then per block (scale, zero)
+    sc = np.zeros((Np, kb), np.float32)
+    sc[:N] = op.scales
+    zf = np.zeros((Np, kb), np.float32)
+    if op.zmode == _k.ZP_FLOAT:
+        zf[:N] = op.zpf
+    blocks = np.stack([sc.reshape(groups, pe, kb).transpose(0, 2, 1),
+                       zf.reshape(groups, pe, kb).transpose(0, 2, 1)], axis=2)  # g, kb, 2, pe
+    if bias is not None:
+        bvec = np.zeros(Np, np.float32)
+        bvec[:N] = np.asarray(bias).astype(np.float32)
+        bias_beat = np.zeros((groups, 1, 2, pe), np.float32)
+        bias_beat[:, 0, 0] = bvec.reshape(groups, pe)
+        blocks = np.concatenate([bias_beat, blocks], axis=1)
+    per_pass = np.repeat(blocks[:, None], M, axis=1)                    # g, M, beats, 2, pe
+    s_beats = _words(per_pass.reshape(-1, 2 * pe).view(np.uint8))
+
+    # z: packed zero-point codes, one continuous bit stream per column
+    zp_mode = ZP_DEFAULT
+    inputs = {"a": a_beats, "w": w_beats, "s": s_beats}
+    if op.zmode == _k.ZP_PACKED:
+        zp_mode = ZP_PACKED
+        codes = np.zeros((Np, kb), np.uint8)
+        codes[:N] = unpack_zero_points(op.zpk, op.bits, kb)
+        z_cols = np.repeat(codes.reshape(groups, pe, 1, kb), M, axis=2)
+        z_cols = z_cols.transpose(1, 0, 2, 3).reshape(pe, -1)
+        inputs["z"] = _interleave(_bitstream(z_cols, op.bits), 1)
+    elif op.zmode == _k.ZP_FLOAT:
+        zp_mode = ZP_FLOAT
+
+    yp = np.zeros((M, Np), np.float32)
+    yp[:, :N] = y_ref.reshape(M, N).astype(np.float32)
+    y = yp.reshape(M, groups, pe).transpose(1, 0, 2).reshape(-1, pe).view(np.uint32)
+    regs = {"k": K, "block_size": bs, "bits": op.bits, "passes": groups * M,
+            "int8": int(int8), "zp_mode": zp_mode, "bias": int(bias is not None)}
+    return NBitsJob(regs, inputs, y, M, N, y_ref.shape, y_ref.dtype,
+                    {"accuracy_level": accuracy_level, "int8": int8})
+
+
+def y_words(beats, pe: int) -> np.ndarray:
+    """The engine's ``y`` beats as StreamSim returns them (``(n, words)`` uint64, or ints)
+    -> ``(n, pe)`` uint32 float32 bit patterns."""
+    raw = beats if isinstance(beats, np.ndarray) else np.asarray([int(b) for b in beats])
+    if raw.ndim == 1:
+        raw = np.array([[(int(b) >> (64 * i)) & (2**64 - 1) for i in range(-(-pe // 2))]
+                        for b in raw], np.uint64).reshape(len(raw), -1)
+    return np.ascontiguousarray(raw.astype("<u8")).view("<u4")[:, :pe]
+
+
+def unpack_y(job: NBitsJob, beats, pe: int) -> np.ndarray:
+    """The engine's ``y`` beats -> Y, shaped and typed as the operator's output (float16 /
+    bfloat16 rounded from the engine's float32)."""
+    words = y_words(beats, pe)
+    groups = -(-job.N // pe)
+    y = words.reshape(groups, job.M, pe).transpose(1, 0, 2).reshape(job.M, groups * pe)
+    y = y[:, : job.N].view(np.float32)
+    return y.astype(job.out_dtype).reshape(job.out_shape)
