@@ -307,7 +307,7 @@ class RTL:
         ``y`` beats (passes). Raises what ``matmul_nbits`` raises, and ValueError for what
         the engine of ``config`` does not take (see :func:`qaccel.sim.nbits_jobs.nbits_job`).
         """
-        from qaccel.sim.nbits_jobs import nbits_job, unpack_y, y_words
+        from qaccel.sim.nbits_jobs import nbits_job, same_y, unpack_y, y_words
 
         t0 = time.perf_counter()
         job = nbits_job(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
@@ -323,16 +323,14 @@ class RTL:
                                   job.M * N * K, len(beats), cycles, 0, latency,
                                   time.perf_counter() - t0, not built)
         if self.check:
-            got, want = y_words(beats, self.config.pe), job.y
-            same = (got == want) | (np.isnan(got.view(np.float32))
-                                    & np.isnan(want.view(np.float32)))
-            real = _real_columns(job, self.config.pe)
-            if not (same | ~real).all():
-                p, c = (int(i) for i in np.argwhere(~same & real)[0])
+            got = y_words(beats, self.config.pe)
+            bad = np.argwhere(~same_y(job, got))
+            if bad.size:
+                p, c = (int(i) for i in bad[0])
                 raise RTLMismatchError(
                     f"matmul_nbits: the RTL differs from the engine-order model "
                     f"(qaccel.model.nbits_hw) in pass {p}, column {c}: RTL "
-                    f"{got[p, c]:#010x}, model {want[p, c]:#010x}")
+                    f"{got[p, c]:#010x}, model {job.y[p, c]:#010x}")
         return out
 
     def _nbits_engine(self):
@@ -550,13 +548,6 @@ class RTL:
                 if len(r.y_cycles) and len(r.y_cycles) == len(r.x_cycles)]
         return ([r.y for r in results], sum(r.cycles for r in results),
                 sum(len(j.table) + 1 for j in jobs), min(lats) if lats else None, built)
-
-
-def _real_columns(job, pe: int) -> np.ndarray:
-    """(passes, pe) bool: the engine's output columns that are columns of Y (below N)."""
-    groups = job.passes // job.M
-    cols = np.arange(groups * pe).reshape(groups, 1, pe) < job.N
-    return np.broadcast_to(cols, (groups, job.M, pe)).reshape(job.passes, pe)
 
 
 def _sub(a: np.ndarray | None, box: tuple[slice, ...]) -> np.ndarray | None:

@@ -9,18 +9,28 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import AccelConfig
+from qaccel.model.floatfmt import FORMATS
 from qaccel.rtl.activation_quant import ActivationQuant
 from qaccel.rtl.block_scale import BlockScale
+from qaccel.rtl.decode import Decode
+from qaccel.rtl.decode import min_exp_width as decode_exp_width
+from qaccel.rtl.float_round import FloatRound
+from qaccel.rtl.float_round import min_exp_width as round_exp_width
 from qaccel.rtl.mac_array import MacArray
 from qaccel.rtl.pipeline import delay
 from qaccel.rtl.row_accumulate import RowAccumulate
 from qaccel.rtl.weight_unpack import BUS_WIDTHS, WeightUnpack
 
-__all__ = ["COUNT_WIDTH", "ZP_DEFAULT", "ZP_FLOAT", "ZP_PACKED", "MatMulNBits"]
+__all__ = ["COUNT_WIDTH", "OUT_FORMATS", "REGISTERS", "ZP_DEFAULT", "ZP_FLOAT", "ZP_PACKED",
+           "MatMulNBits"]
 
 #: ``zp_mode`` values: no zero points (``2 ** (bits - 1)``), packed uint8 codes on ``z``,
 #: float32 zero points on ``s``.
 ZP_DEFAULT, ZP_PACKED, ZP_FLOAT = 0, 1, 2
+#: ``out_fmt`` values: the type ``y`` is rounded to (A's type), by index.
+OUT_FORMATS = ("float32", "float16", "bfloat16")
+#: The job registers (input ports), latched at ``start``.
+REGISTERS = ("k", "block_size", "bits", "passes", "int8", "zp_mode", "bias", "out_fmt")
 #: Width of the ``k`` and ``passes`` registers.
 COUNT_WIDTH = 22
 _TERM_FIFO = 32        # block terms between BlockScale and RowAccumulate (> BlockScale latency)
@@ -53,14 +63,16 @@ class MatMulNBits(wiring.Component):
         packed layout), the codes of consecutive passes following each other without the
         per-column byte padding ONNX Runtime leaves. Unused otherwise.
     ``y``
-        One beat per pass, ``y[p]`` float32, ``last`` on the job's last pass. Columns past N
+        One beat per pass, ``last`` on the job's last pass: ``y[p]`` float32, or with
+        ``out_fmt`` 1 / 2 rounded to nearest even to float16 / bfloat16 (A's type) in its low
+        16 bits (a combinational rounding at the output). Columns past N
         (a partial last group) carry whatever their codes give; the host drops them.
 
     Registers (valid at ``start``, latched then): ``k`` (1 to ``2**22 - 1``), ``block_size``
     (a power of two, ``max(16, simd)`` to ``max_block_size``; other values act as
-    ``max_block_size``), ``bits`` (2 to 8; others act as 8), ``passes``, ``int8`` (take the int8
-    path; ignored with float zero points), ``zp_mode`` (``ZP_FLOAT`` needs
-    ``config.float_path``), ``bias``. ``start`` while ``busy`` is
+    ``max_block_size``), ``bits`` (2 to 8; others act as 8), ``passes``, ``int8`` (take the
+    int8 path; ignored with float zero points), ``out_fmt`` (index in :data:`OUT_FORMATS`),
+    ``zp_mode`` (``ZP_FLOAT`` needs ``config.float_path``), ``bias``. ``start`` while ``busy`` is
     ignored; ``k == 0`` or ``passes == 0`` is an empty job. ``busy`` is high from the cycle
     after ``start`` until the last ``y`` beat is transferred.
 
@@ -101,6 +113,7 @@ class MatMulNBits(wiring.Component):
             "int8": In(1),
             "zp_mode": In(unsigned(2)),
             "bias": In(1),
+            "out_fmt": In(unsigned(2)),
             "start": In(1),
             "busy": Out(1),
             "a": In(stream.Signature(data.ArrayLayout(unsigned(32), simd))),
@@ -129,6 +142,7 @@ class MatMulNBits(wiring.Component):
         int8_r = Signal()
         zp_r = Signal(2)
         bias_r = Signal()
+        out_fmt_r = Signal(2)
         padded_k = Signal(CW + 1)           # k rounded up to whole blocks
         kb_r = Signal(CW)                   # blocks per row
         total_w = Signal(2 * CW + 1)        # weight codes per column in the job
@@ -146,7 +160,7 @@ class MatMulNBits(wiring.Component):
                          bits_r.eq(Mux((self.bits >= 2) & (self.bits <= 8), self.bits, 8)),
                          bs_r.eq(Mux(legal_bs & (bs_in >= lo) & (bs_in <= mb), bs_in, mb)),
                          zp_r.eq(Mux(self.zp_mode > ZP_FLOAT, ZP_DEFAULT, self.zp_mode)),
-                         bias_r.eq(self.bias),
+                         bias_r.eq(self.bias), out_fmt_r.eq(self.out_fmt),
                          phase.eq(Mux((self.k != 0) & (self.passes != 0), 1, 0))]
             m.d.sync += int8_r.eq(self.int8 & (self.zp_mode != ZP_FLOAT)
                                   if cfg.float_path else 1)
@@ -324,8 +338,17 @@ class MatMulNBits(wiring.Component):
         y_last = Signal()
         src_valid = Mux(int8_r, racc.o.valid, y_src.valid)
         src_y = Mux(int8_r, racc.o.payload.y.as_value(), y_src.payload.y.as_value())
-        m.d.comb += [y_last.eq(y_cnt == passes_r - 1),
-                     self.y.payload.y.eq(src_y), self.y.payload.last.eq(y_last),
+        halves = tuple(FORMATS[f] for f in OUT_FORMATS[1:])
+        ew = max(decode_exp_width((FORMATS["float32"],)), round_exp_width(halves))
+        for p in range(pe):
+            word = src_y[32 * p:32 * (p + 1)]
+            dec = Decode(("float32",), sig_width=24, exp_width=ew, latency=0)
+            rnd = FloatRound(halves, sig_width=24, exp_width=ew, latency=0)
+            m.submodules[f"out_dec{p}"], m.submodules[f"out_round{p}"] = dec, rnd
+            m.d.comb += [dec.code.eq(word), dec.fmt.eq(0), rnd.i.eq(dec.o),
+                         rnd.fmt.eq(out_fmt_r - 1), rnd.saturate.eq(0),
+                         self.y.payload.y[p].eq(Mux(out_fmt_r == 0, word, rnd.code))]
+        m.d.comb += [y_last.eq(y_cnt == passes_r - 1), self.y.payload.last.eq(y_last),
                      self.y.valid.eq(src_valid & active),
                      racc.o.ready.eq(self.y.ready & int8_r & active)]
         if self._float_mac is not None:

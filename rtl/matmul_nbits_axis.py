@@ -10,11 +10,17 @@ from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import AccelConfig
 from qaccel.rtl.axis_top import _fields
-from qaccel.rtl.matmul_nbits import ZP_DEFAULT, ZP_FLOAT, ZP_PACKED, MatMulNBits
+from qaccel.rtl.matmul_nbits import (
+    OUT_FORMATS,
+    REGISTERS,
+    ZP_DEFAULT,
+    ZP_FLOAT,
+    ZP_PACKED,
+    MatMulNBits,
+)
 
 __all__ = ["NBitsAxisTop"]
 
-_REGS = ("k", "block_size", "bits", "passes", "int8", "zp_mode", "bias")
 _INPUTS = ("a", "w", "s", "z")
 
 
@@ -32,7 +38,7 @@ class NBitsAxisTop(wiring.Component):
     def __init__(self, config: AccelConfig | None = None):
         self._engine = MatMulNBits(config)
         members = self._engine.signature.members
-        ports = {f"cfg_{r}": In(members[r].shape) for r in _REGS}
+        ports = {f"cfg_{r}": In(members[r].shape) for r in REGISTERS}
         ports |= {"cfg_start": In(1), "busy": Out(1)}
         for s in _INPUTS:
             width = Shape.cast(members[s].signature.members["payload"].shape).width
@@ -63,12 +69,13 @@ class NBitsAxisTop(wiring.Component):
             "tdata": {s: _fields(members[s].signature.members["payload"].shape)
                       for s in _INPUTS},
             "zp_mode": {"default": ZP_DEFAULT, "packed": ZP_PACKED, "float": ZP_FLOAT},
+            "out_fmt": list(OUT_FORMATS),
         }
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.engine = e = self._engine
-        m.d.comb += [getattr(e, r).eq(getattr(self, f"cfg_{r}")) for r in _REGS]
+        m.d.comb += [getattr(e, r).eq(getattr(self, f"cfg_{r}")) for r in REGISTERS]
         m.d.comb += [e.start.eq(self.cfg_start), self.busy.eq(e.busy)]
         for s in _INPUTS:
             port = getattr(e, s)

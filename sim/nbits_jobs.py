@@ -18,11 +18,15 @@ import numpy as np
 
 from qaccel.model import nbits_kernels as _k
 from qaccel.model.config import AccelConfig
+from qaccel.model.dtypes import dtype_name
 from qaccel.model.nbits import _check_A, _Op, unpack_zero_points
 from qaccel.model.nbits_hw import gidx_operands, int8_path, matmul_nbits_hw
-from qaccel.rtl.matmul_nbits import ZP_DEFAULT, ZP_FLOAT, ZP_PACKED
+from qaccel.rtl.matmul_nbits import OUT_FORMATS, ZP_DEFAULT, ZP_FLOAT, ZP_PACKED
 
-__all__ = ["NBitsJob", "nbits_job", "unpack_y", "y_words"]
+__all__ = ["NBitsJob", "is_nan_code", "nbits_job", "same_y", "unpack_y", "y_words"]
+
+#: (exponent mask, mantissa mask) of the ``y`` codes of each ``out_fmt``.
+_NAN_MASKS = ((0x7F800000, 0x007FFFFF), (0x7C00, 0x03FF), (0x7F80, 0x007F))
 
 
 @dataclass
@@ -43,6 +47,28 @@ class NBitsJob:
     @property
     def passes(self) -> int:
         return self.regs["passes"]
+
+
+def _codes(y: np.ndarray) -> np.ndarray:
+    """Float32 / float16 / bfloat16 values -> their codes as uint32."""
+    return y.view(np.uint32 if y.dtype.itemsize == 4 else np.uint16).astype(np.uint32)
+
+
+def is_nan_code(code, out_fmt: int):
+    """Whether ``y`` codes (ints or a uint32 array) of format ``out_fmt`` are NaNs."""
+    exp, man = _NAN_MASKS[out_fmt]
+    return ((code & exp) == exp) & ((code & man) != 0)
+
+
+def same_y(job: NBitsJob, got: np.ndarray) -> np.ndarray:
+    """(passes, pe) bool: ``got`` (``y_words``) equals ``job.y`` bit for bit, or both are
+    NaN, or the column is past N (not part of Y)."""
+    passes, pe = job.y.shape
+    groups = passes // job.M
+    real = np.broadcast_to(np.arange(groups * pe).reshape(groups, 1, pe) < job.N,
+                           (groups, job.M, pe)).reshape(passes, pe)
+    fmt = job.regs["out_fmt"]
+    return (got == job.y) | (is_nan_code(got, fmt) & is_nan_code(job.y, fmt)) | ~real
 
 
 def _words(rows: np.ndarray) -> np.ndarray:
@@ -159,11 +185,13 @@ def nbits_job(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bi
     elif op.zmode == _k.ZP_FLOAT:
         zp_mode = ZP_FLOAT
 
-    yp = np.zeros((M, Np), np.float32)
-    yp[:, :N] = y_ref.reshape(M, N).astype(np.float32)
-    y = yp.reshape(M, groups, pe).transpose(1, 0, 2).reshape(-1, pe).view(np.uint32)
+    out_fmt = OUT_FORMATS.index(dtype_name(y_ref.dtype))
+    yp = np.zeros((M, Np), np.uint32)                   # A's type, its code zero-extended
+    yp[:, :N] = _codes(y_ref.reshape(M, N))
+    y = yp.reshape(M, groups, pe).transpose(1, 0, 2).reshape(-1, pe)
     regs = {"k": K, "block_size": bs, "bits": op.bits, "passes": groups * M,
-            "int8": int(int8), "zp_mode": zp_mode, "bias": int(bias is not None)}
+            "int8": int(int8), "zp_mode": zp_mode, "bias": int(bias is not None),
+            "out_fmt": out_fmt}
     return NBitsJob(regs, inputs, y, M, N, y_ref.shape, y_ref.dtype,
                     {"accuracy_level": accuracy_level, "int8": int8})
 
@@ -179,10 +207,12 @@ def y_words(beats, pe: int) -> np.ndarray:
 
 
 def unpack_y(job: NBitsJob, beats, pe: int) -> np.ndarray:
-    """The engine's ``y`` beats -> Y, shaped and typed as the operator's output (float16 /
-    bfloat16 rounded from the engine's float32)."""
+    """The engine's ``y`` beats -> Y, shaped and typed as the operator's output (the engine
+    rounds float16 / bfloat16 results itself, register ``out_fmt``)."""
     words = y_words(beats, pe)
     groups = -(-job.N // pe)
     y = words.reshape(groups, job.M, pe).transpose(1, 0, 2).reshape(job.M, groups * pe)
-    y = y[:, : job.N].view(np.float32)
-    return y.astype(job.out_dtype).reshape(job.out_shape)
+    y = np.ascontiguousarray(y[:, : job.N])
+    if job.out_dtype.itemsize == 2:
+        y = y.astype(np.uint16)
+    return y.view(job.out_dtype).reshape(job.out_shape)

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 
 import cocotb
 
+from qaccel.rtl.matmul_nbits import REGISTERS
 from qaccel.sim import tbconfig
+from qaccel.sim.nbits_jobs import is_nan_code
 from qaccel.sim.scoreboard import InOrderChecker
 from qaccel.sim.streams import (
     CycleLoop,
@@ -51,11 +53,6 @@ DEFAULTS = {"idle": 0.3, "backpressure": 0.3, "max_burst": 4, "watchdog": 2000, 
             "capture_file": None}
 #: The engine's input streams and registers, as the Verilog names them.
 INPUTS = ("a", "w", "s", "z")
-REGS = ("k", "block_size", "bits", "passes", "int8", "zp_mode", "bias")
-
-
-def _is_nan(word: int) -> bool:
-    return (word & 0x7F800000) == 0x7F800000 and (word & 0x7FFFFF) != 0
 
 
 def _f32(word: int) -> float:
@@ -64,24 +61,26 @@ def _f32(word: int) -> float:
 
 @dataclass(frozen=True, eq=False)
 class YBeat:
-    """One ``y`` beat: ``pe`` float32 bit patterns (None: a column not compared) and ``last``.
+    """One ``y`` beat: ``pe`` codes of format ``out_fmt`` (None: a column not compared) and
+    ``last``.
 
     Two beats are equal when ``last`` agrees and every column compared by both is the same
     bit pattern, or NaN in both."""
 
     y: tuple[int | None, ...]
     last: int
+    out_fmt: int = 0
 
     @classmethod
-    def from_payload(cls, payload: int, pe: int) -> YBeat:
+    def from_payload(cls, payload: int, pe: int, out_fmt: int = 0) -> YBeat:
         return cls(tuple((payload >> (32 * p)) & 0xFFFFFFFF for p in range(pe)),
-                   (payload >> (32 * pe)) & 1)
+                   (payload >> (32 * pe)) & 1, out_fmt)
 
     def differing(self, other: YBeat) -> list[int]:
         """The columns where ``self`` and ``other`` disagree."""
         return [p for p, (a, b) in enumerate(zip(self.y, other.y, strict=True))
                 if a is not None and b is not None and a != b
-                and not (_is_nan(a) and _is_nan(b))]
+                and not (is_nan_code(a, self.out_fmt) and is_nan_code(b, other.out_fmt))]
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, YBeat):
@@ -142,7 +141,7 @@ class JobControl:
             self.after_start = True
         elif self.state == "idle" and not self.busy and self.next < len(self.jobs):
             job = self.jobs[self.next]
-            for reg in REGS:
+            for reg in REGISTERS:
                 getattr(dut, reg).value = int(job["regs"][reg])
             dut.start.value = 1
             tb.begin_job(self.next, cycle)
@@ -213,7 +212,8 @@ class NBitsTB:
             assert len(job["y"]) == passes, f"{self.job_name()}: {len(job['y'])} expected " \
                                             f"beats for {passes} passes"
             for p, row in enumerate(job["y"]):
-                self.checker.add_expected(YBeat(tuple(row), int(p == passes - 1)), cycle,
+                self.checker.add_expected(YBeat(tuple(row), int(p == passes - 1),
+                                                job["regs"]["out_fmt"]), cycle,
                                           tag=f"{self.job_name()} pass {p}")
 
     def _on_y(self, payload: int, cycle: int) -> None:
@@ -224,7 +224,7 @@ class NBitsTB:
             f"(after {self.job_name(j) if j >= 0 else 'reset'})")
         got = self.received[j]
         got.append(payload)
-        beat = YBeat.from_payload(payload, self.pe)
+        beat = YBeat.from_payload(payload, self.pe, job["regs"]["out_fmt"])
         if job["y"] is not None:
             self.checker.add_actual(beat, cycle)
         else:
@@ -243,7 +243,7 @@ class NBitsTB:
 
     async def start(self) -> None:
         dut = self.dut
-        for name in (*(f"{n}__valid" for n in INPUTS), "start", "y__ready", *REGS,
+        for name in (*(f"{n}__valid" for n in INPUTS), "start", "y__ready", *REGISTERS,
                      *(f"{n}__payload" for n in INPUTS)):
             getattr(dut, name).value = 0
         start_clock(dut)

@@ -61,7 +61,7 @@ def test_write_verilog_matmul_nbits(tmp_path):
     want = {f"s_axis_{s}_{f}" for s in "awsz" for f in ("tdata", "tvalid", "tready")}
     want |= {"m_axis_y_tdata", "m_axis_y_tlast", "m_axis_y_tvalid", "m_axis_y_tready",
              "cfg_k", "cfg_block_size", "cfg_bits", "cfg_passes", "cfg_int8", "cfg_zp_mode",
-             "cfg_bias", "cfg_start", "busy", "clk", "rst"}
+             "cfg_bias", "cfg_out_fmt", "cfg_start", "busy", "clk", "rst"}
     assert ports == want
     desc = json.loads((tmp_path / "qaccel_matmul_nbits.json").read_text())
     assert {p["name"] for p in desc["ports"]} == ports

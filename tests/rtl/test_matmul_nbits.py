@@ -14,7 +14,7 @@ from qaccel.model.config import AccelConfig
 from qaccel.model.nbits import quantize_weights_nbits
 from qaccel.rtl.matmul_nbits import MatMulNBits
 from qaccel.sim.elementwise_sim import design_key
-from qaccel.sim.nbits_jobs import NBitsJob, nbits_job, y_words
+from qaccel.sim.nbits_jobs import NBitsJob, nbits_job, same_y, y_words
 from qaccel.sim.streamsim import Segment, StreamSim
 
 #: Engine shapes under test. ``p2s4``: pe 2 x simd 4, both paths, bus bound above 4 bits
@@ -70,14 +70,11 @@ def check(job: NBitsJob, r, pe: int):
     beats = r.outputs["y"]
     assert len(beats) == job.passes, f"{label}: {len(beats)} y beats, expected {job.passes}"
     got = y_words(beats, pe)
-    real = np.zeros_like(job.y, bool)                   # columns past N are not checked
-    real.reshape(-1, job.M, pe)[:] = (np.arange(real.shape[0] // job.M * pe).reshape(
-        -1, 1, pe) < job.N)
-    f_got, f_exp = got.view(np.float32), job.y.view(np.float32)
-    same = (got == job.y) | (np.isnan(f_got) & np.isnan(f_exp)) | ~real
+    same = same_y(job, got)
     bad = np.argwhere(~same)
     assert not bad.size, f"{label}: y differs at (pass, column) {bad[:4].tolist()}: " \
-                         f"{f_got[~same][:4]} vs {f_exp[~same][:4]}"
+                         f"{[hex(v) for v in got[~same][:4]]} vs " \
+                         f"{[hex(v) for v in job.y[~same][:4]]}"
     last = [(int(b[-1]) if np.ndim(b) else int(b)) >> (32 * pe % 64) & 1 for b in beats]
     assert last == [0] * (job.passes - 1) + [1], f"{label}: last flags {last}"
 
