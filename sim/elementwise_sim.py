@@ -181,9 +181,7 @@ def capture_elementwise(unit: Elementwise, jobs: Sequence[Job], *, name: str,
         raise ValueError("jobs must hold at least one Job")
     start = time.perf_counter()
     b = elementwise_build(unit, name=name, simulator=simulator)
-    root = build_root() / "capture"
-    root.mkdir(parents=True, exist_ok=True)
-    run_dir = Path(tempfile.mkdtemp(prefix=f"{name}-{simulator}-", dir=root))
+    run_dir = capture_dir(name, simulator)
     jobs_file, capture_file = run_dir / "jobs.json", run_dir / "capture.json"
     progress_file = run_dir / "progress.json"
     jobs_file.write_text(json.dumps([j.to_dict() for j in jobs]))
@@ -195,12 +193,7 @@ def capture_elementwise(unit: Elementwise, jobs: Sequence[Job], *, name: str,
     _run_testbench(b, run_dir, config, "test_jobs", progress_file if progress else None,
                    progress)
     sim_seconds = time.perf_counter() - t0
-    try:
-        data = json.loads(capture_file.read_text())
-    except (OSError, ValueError) as e:
-        raise SimulationError(f"{simulator} wrote no capture file ({e}); run dir {run_dir}"
-                              f"{log_tail(run_dir / 'sim.log')}") from None
-    shutil.rmtree(run_dir, ignore_errors=True)
+    data = read_capture(run_dir, simulator)["capture"]
     stats = data["stats"]
     lats = [(s["min_latency"], s["max_latency"]) for s in stats if s["min_latency"] is not None]
     return Capture(
@@ -208,6 +201,25 @@ def capture_elementwise(unit: Elementwise, jobs: Sequence[Job], *, name: str,
         load_cycles=[s["load_cycles"] for s in stats],
         latency=(min(lo for lo, _ in lats), max(hi for _, hi in lats)) if lats else None,
         built=b.built, seconds=time.perf_counter() - start, sim_seconds=sim_seconds)
+
+
+def capture_dir(toplevel: str, simulator: str) -> Path:
+    """A new folder for one testbench run (under the build root's ``capture/``)."""
+    root = build_root() / "capture"
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{toplevel}-{simulator}-", dir=root))
+
+
+def read_capture(run_dir: Path, simulator: str, names=("capture",)) -> dict:
+    """Read the JSON files ``<name>.json`` a testbench run left in ``run_dir``, then remove
+    the folder; SimulationError (with the log's tail) if one is missing or broken."""
+    try:
+        out = {n: json.loads((run_dir / f"{n}.json").read_text()) for n in names}
+    except (OSError, ValueError) as e:
+        raise SimulationError(f"{simulator} wrote no capture file ({e}); run dir {run_dir}"
+                              f"{log_tail(run_dir / 'sim.log')}") from None
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return out
 
 
 def _run_testbench(b: Build, run_dir: Path, config: dict, testcase: str,

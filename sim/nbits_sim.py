@@ -12,19 +12,21 @@ expected ``y`` (unless ``check=False``) and returns the beats and per-job cycle 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from qaccel.rtl.matmul_nbits import MatMulNBits
-from qaccel.sim.elementwise_sim import _run_testbench, elementwise_build
+from qaccel.sim.elementwise_sim import (
+    _run_testbench,
+    capture_dir,
+    elementwise_build,
+    read_capture,
+)
 from qaccel.sim.nbits_jobs import NBitsJob, y_words
-from qaccel.sim.runner import Build, SimulationError, build_root, log_tail
+from qaccel.sim.runner import Build
 
 __all__ = ["NBitsRun", "job_dict", "nbits_build", "nbits_name", "run_nbits_cocotb"]
 
@@ -138,9 +140,7 @@ def run_nbits_cocotb(engine: MatMulNBits, jobs: Sequence[NBitsJob], *, name: str
             raise ValueError(f"job {d['label']!r} is empty (k or passes 0): it gives no beats")
     b = nbits_build(engine, name=name, simulator=simulator)
     build_seconds = time.perf_counter() - start
-    root = build_root() / "capture"
-    root.mkdir(parents=True, exist_ok=True)
-    run_dir = Path(tempfile.mkdtemp(prefix=f"{b.toplevel}-{simulator}-", dir=root))
+    run_dir = capture_dir(b.toplevel, simulator)
     jobs_file, capture_file = run_dir / "jobs.json", run_dir / "capture.json"
     jobs_file.write_text(json.dumps(dicts))
     config = {"jobs_file": str(jobs_file), "capture_file": str(capture_file), "pe": pe,
@@ -149,13 +149,8 @@ def run_nbits_cocotb(engine: MatMulNBits, jobs: Sequence[NBitsJob], *, name: str
     t0 = time.perf_counter()
     _run_testbench(b, run_dir, config, "test_jobs", None, None, test_module=TEST_MODULE)
     sim_seconds = time.perf_counter() - t0
-    try:
-        data = json.loads(capture_file.read_text())
-        records = json.loads((run_dir / "records.json").read_text())
-    except (OSError, ValueError) as e:
-        raise SimulationError(f"{simulator} wrote no capture file ({e}); run dir {run_dir}"
-                              f"{log_tail(run_dir / 'sim.log')}") from None
-    shutil.rmtree(run_dir, ignore_errors=True)
+    files = read_capture(run_dir, simulator, ("capture", "records"))
+    data, records = files["capture"], files["records"]
     beats = data["beats"]
     return NBitsRun(simulator=simulator, beats=beats,
                     y=[y_words(bs, pe) if bs else np.zeros((0, pe), np.uint32) for bs in beats],
