@@ -43,6 +43,8 @@ def test_demo_quick_passes(capsys):
     assert cli.main(["demo", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "bit-exact" in out and "demo: all checks passed" in out
+    assert out.count("RTL: bit-exact with the engine-order model") == 2      # levels 4 and 0
+    assert "MAC utilisation" in out
 
 
 @pytest.mark.sim

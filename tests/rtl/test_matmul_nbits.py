@@ -23,6 +23,8 @@ from qaccel.sim.streamsim import Segment, StreamSim
 SHAPES = {"p2s4": AccelConfig(pe=2, simd=4, weight_bus_width=32),
           "p4s2": AccelConfig(pe=4, simd=2, weight_bus_width=64, partial_sums=3,
                               float_path=False)}
+#: A second shape with the float path, for the slow matrix: pe 1 x simd 8, 3 partial sums.
+FLOAT_SLOW_SHAPE = AccelConfig(pe=1, simd=8, weight_bus_width=64, partial_sums=3)
 
 _SIMS: dict[AccelConfig, StreamSim] = {}
 
@@ -208,17 +210,18 @@ def test_g_idx_jobs(zp_kind):
 
 
 @pytest.mark.slow
-def test_float_path_matrix():
+@pytest.mark.parametrize("shape", ["p2s4", "p1s8"])
+def test_float_path_matrix(shape):
     """bits 2..8 x block_size 16..256 x zero points none/packed/float x bias x M in {1, 3}
     at levels 0 and 4 (level 4 with float zero points takes the float path)."""
-    config = SHAPES["p2s4"]
+    config = SHAPES.get(shape, FLOAT_SLOW_SHAPE)
     jobs = [make_job(config, bits, bs, bs * 2 + 7, 5, zp, bias, M, level=0 if zp != "float"
                      else 4)
             for bits, bs, zp, bias, M in itertools.product(
                 range(2, 9), (16, 32, 64, 128, 256), ("none", "packed", "float"),
                 (False, True), (1, 3))]
     run_jobs(config, jobs, idle=0.2, backpressure=0.2, seed=13)
-    print(f"\nfloat matrix p2s4: {len(jobs)} jobs passed")
+    print(f"\nfloat matrix {shape}: {len(jobs)} jobs passed")
 
 
 # -- throughput ---------------------------------------------------------------------------------
@@ -241,9 +244,13 @@ def test_utilisation(shape, level):
     and cycle, else exactly the bus bound (bus / pe / bits codes per column and cycle)."""
     config = SHAPES[shape]
     lane_bus = config.weight_bus_width // config.pe
+    rows = []
     for bits, bs in itertools.product(range(2, 9), (16, 32, 64, 128, 256)):
         per_pass, beats = measure(config, bits, bs, level=level)
+        rows.append(f"{bits}/{bs}:{per_pass}")
         peak = min(1.0, lane_bus / bits / config.simd)
         util = beats / per_pass
         assert util >= 0.95 * peak, f"bits {bits} block {bs}: {util:.3f} of peak {peak:.3f}"
         assert per_pass == -(-beats * config.simd * bits // lane_bus) or peak == 1.0
+    print(f"\n{shape} level {level}, K 1024 ({beats} beats per pass), cycles per pass by "
+          f"bits/block_size: {' '.join(rows)}")
