@@ -118,6 +118,31 @@ def test_scoreboard_catches_a_corrupted_expected_value():
     assert run.y[0][job.M, 1] != padding[job.M, 1]
 
 
+#: Both paths (the engine of tests/rtl/test_matmul_nbits.py "p2s4"): float-path jobs.
+FLOAT_CONFIG = AccelConfig(pe=2, simd=4, weight_bus_width=32)
+FLOAT_CASES = [  # bits, block_size, K, N, zero points, bias, M, level
+    (4, 32, 100, 5, "packed", True, 2, 0),
+    (3, 16, 50, 3, "float", False, 2, 4),
+    (8, 16, 40, 3, "none", True, 2, 2),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("simulator", ["verilator", "icarus"])
+def test_float_path_jobs_under_pauses(simulator):
+    """The float path through the cocotb testbench (with int8 jobs between), both
+    simulators; slow: these builds carry the float path (minutes to compile)."""
+    if missing_simulator(simulator):
+        pytest.skip(missing_simulator(simulator))
+    cases = FLOAT_CASES if simulator == "verilator" else FLOAT_CASES[1:]
+    jobs = [make_job(FLOAT_CONFIG, *c) for c in cases]
+    jobs.insert(1, make_job(FLOAT_CONFIG, *CASES[1]))
+    run = run_nbits_cocotb(engine(FLOAT_CONFIG), jobs, simulator=simulator, idle=0.3,
+                           backpressure=0.3, seed=5)
+    check_run(run, jobs)
+    report(run, jobs)
+
+
 @needs("icarus")
 def test_icarus_jobs_under_pauses():
     jobs = [make_job(CONFIG, *c) for c in ICARUS_CASES]
