@@ -41,6 +41,15 @@ def check_int(param: str, value, lo: int | None = None, hi: int | None = None) -
     return v
 
 
+def check_int_choice(param: str, value, choices) -> int:
+    """Return ``value`` as an int if it is one of ``choices``; TypeError/ValueError naming
+    ``param`` (and the choices) otherwise."""
+    v = check_int(param, value)
+    if v not in choices:
+        raise ValueError(f"{param} must be one of {', '.join(map(str, choices))}, not {v}")
+    return v
+
+
 def check_power_of_two(param: str, value, minimum: int = 1) -> int:
     """Return ``value`` if it is a power of two ``>= minimum``; else ValueError naming it."""
     v = check_int(param, value)

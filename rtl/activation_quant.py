@@ -7,7 +7,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from qaccel.model.validate import check_int
+from qaccel.model.validate import check_int, check_int_choice
 from qaccel.rtl.decode import Decode
 from qaccel.rtl.float_divide import FloatDivide
 from qaccel.rtl.float_mul import FloatMul
@@ -134,13 +134,8 @@ class ActivationQuant(wiring.Component):
     """
 
     def __init__(self, *, simd: int, max_block: int = 256, count_width: int = 16):
-        self._simd = check_int("simd", simd)
-        if simd not in SIMD:
-            raise ValueError(f"simd must be one of {', '.join(map(str, SIMD))}, not {simd}")
-        self._max_block = check_int("max_block", max_block)
-        if max_block not in MAX_BLOCKS:
-            raise ValueError(f"max_block must be one of {', '.join(map(str, MAX_BLOCKS))}, "
-                             f"not {max_block}")
+        self._simd = check_int_choice("simd", simd, SIMD)
+        self._max_block = check_int_choice("max_block", max_block, MAX_BLOCKS)
         self._count_width = check_int("count_width", count_width, 1, 32)
         # the scale dividers (made here so that the latency is known before elaboration)
         self._div_sa, self._div_inv = (

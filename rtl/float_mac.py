@@ -7,7 +7,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from qaccel.model.validate import check_int
+from qaccel.model.validate import check_int, check_int_choice
 from qaccel.rtl.binary32 import LATENCY, Binary32
 from qaccel.rtl.pipeline import delay
 from qaccel.rtl.row_accumulate import RowAccumulate
@@ -114,9 +114,7 @@ class FloatMac(wiring.Component):
 
     def __init__(self, *, pe: int, simd: int, partial_sums: int):
         self._pe = check_int("pe", pe, 1, 64)
-        self._simd = check_int("simd", simd)
-        if simd not in SIMD:
-            raise ValueError(f"simd must be one of {', '.join(map(str, SIMD))}, not {simd}")
+        self._simd = check_int_choice("simd", simd, SIMD)
         self._sums = check_int("partial_sums", partial_sums, 1, 16)
         self._levels = simd.bit_length() - 1
         words = data.ArrayLayout(unsigned(32), pe)

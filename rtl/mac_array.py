@@ -7,7 +7,7 @@ from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from qaccel.model.validate import check_int
+from qaccel.model.validate import check_int, check_int_choice
 
 __all__ = ["MAX_BLOCK", "PE", "SIMD", "MacArray", "signed_width"]
 
@@ -107,9 +107,7 @@ class MacArray(wiring.Component):
 
     def __init__(self, *, pe: int, simd: int, max_block: int = 256):
         self._pe = check_int("pe", pe, PE.start, PE.stop - 1)
-        self._simd = check_int("simd", simd)
-        if simd not in SIMD:
-            raise ValueError(f"simd must be one of {', '.join(map(str, SIMD))}, not {simd}")
+        self._simd = check_int_choice("simd", simd, SIMD)
         self._max_block = check_int("max_block", max_block, MAX_BLOCK.start, MAX_BLOCK.stop - 1)
         if max_block & (max_block - 1):
             raise ValueError(f"max_block must be a power of two in [{MAX_BLOCK.start}, "

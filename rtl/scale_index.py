@@ -7,7 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.indexing import ScaleLayout
-from qaccel.model.validate import check_int
+from qaccel.model.validate import check_int, check_int_choice
 
 __all__ = ["LANES", "MAX_DIMS", "ScaleIndex", "index_registers"]
 
@@ -22,10 +22,7 @@ COUNT_WIDTH_RANGE = (1, 64)
 
 
 def _check_params(lanes, max_dims, size_width, index_width, count_width) -> tuple[int, ...]:
-    lanes = check_int("lanes", lanes)
-    if lanes not in LANES:
-        raise ValueError(f"lanes must be one of {', '.join(map(str, LANES))}, not {lanes}")
-    return (lanes, check_int("max_dims", max_dims, 1, MAX_DIMS),
+    return (check_int_choice("lanes", lanes, LANES), check_int("max_dims", max_dims, 1, MAX_DIMS),
             check_int("size_width", size_width, *SIZE_WIDTH_RANGE),
             check_int("index_width", index_width, *INDEX_WIDTH_RANGE),
             check_int("count_width", count_width, *COUNT_WIDTH_RANGE))

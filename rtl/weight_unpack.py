@@ -6,7 +6,7 @@ from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from qaccel.model.validate import check_int
+from qaccel.model.validate import check_int, check_int_choice
 
 __all__ = ["BITS", "BUS_WIDTHS", "LATENCY", "SIMD", "WeightUnpack"]
 
@@ -98,13 +98,8 @@ class WeightUnpack(wiring.Component):
     """
 
     def __init__(self, *, simd: int, bus_width: int, count_width: int = 24):
-        self._simd = check_int("simd", simd)
-        if simd not in SIMD:
-            raise ValueError(f"simd must be one of {', '.join(map(str, SIMD))}, not {simd}")
-        self._bus_width = check_int("bus_width", bus_width)
-        if bus_width not in BUS_WIDTHS:
-            raise ValueError(f"bus_width must be one of {', '.join(map(str, BUS_WIDTHS))}, "
-                             f"not {bus_width}")
+        self._simd = check_int_choice("simd", simd, SIMD)
+        self._bus_width = check_int_choice("bus_width", bus_width, BUS_WIDTHS)
         self._count_width = check_int("count_width", count_width, 1, 48)
         super().__init__({
             "bits": In(unsigned(4)),

@@ -21,6 +21,7 @@ from qaccel.model.config import AccelConfig
 from qaccel.model.dtypes import dtype_name
 from qaccel.model.nbits import _check_A, _Op, unpack_zero_points
 from qaccel.model.nbits_hw import gidx_operands, int8_path, matmul_nbits_hw
+from qaccel.model.validate import check_int
 from qaccel.rtl.matmul_nbits import OUT_FORMATS, ZP_DEFAULT, ZP_FLOAT, ZP_PACKED
 
 __all__ = ["NBitsJob", "is_nan_code", "nbits_job", "same_y", "unpack_y", "y_words"]
@@ -113,19 +114,20 @@ def nbits_job(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bi
     :func:`qaccel.model.nbits_hw.gidx_operands`).
     """
     config = AccelConfig() if config is None else config
-    y_ref = matmul_nbits_hw(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
-                            block_size=block_size, accuracy_level=accuracy_level,
-                            config=config)
-    a = _check_A(A, K)
+    check_int("accuracy_level", accuracy_level, 0, 4)
+    a = _check_A(A, check_int("K", K, 1))
     op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
              dtype=a.dtype)
     if op.gidx is not None:        # the engine's g_idx layout: a plain float-path job
         a2, B2, s2, z2, K2 = gidx_operands(a.reshape(-1, K), op)
         job = nbits_job(a2, B2, s2, z2, None, bias, K=K2, N=N, bits=bits,
                         block_size=block_size, accuracy_level=0, config=config)
-        job.out_shape = y_ref.shape
+        job.out_shape = (*a.shape[:-1], op.N)
         job.meta.update(accuracy_level=accuracy_level, g_idx=True)
         return job
+    y_ref = matmul_nbits_hw(A, B, scales, zero_points, None, bias, K=K, N=N, bits=bits,
+                            block_size=block_size, accuracy_level=accuracy_level,
+                            config=config)
     bs, kb, pe, simd = op.block_size, op.kb, config.pe, config.simd
     if not max(16, simd) <= bs <= config.max_block_size:
         raise ValueError(f"block_size must be in [{max(16, simd)}, {config.max_block_size}] "
@@ -199,11 +201,10 @@ def nbits_job(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bi
 def y_words(beats, pe: int) -> np.ndarray:
     """The engine's ``y`` beats as StreamSim returns them (``(n, words)`` uint64, or ints)
     -> ``(n, pe)`` uint32 float32 bit patterns."""
-    raw = beats if isinstance(beats, np.ndarray) else np.asarray([int(b) for b in beats])
-    if raw.ndim == 1:
-        raw = np.array([[(int(b) >> (64 * i)) & (2**64 - 1) for i in range(-(-pe // 2))]
-                        for b in raw], np.uint64).reshape(len(raw), -1)
-    return np.ascontiguousarray(raw.astype("<u8")).view("<u4")[:, :pe]
+    if isinstance(beats, np.ndarray) and beats.ndim == 2:
+        return np.ascontiguousarray(beats.astype("<u8")).view("<u4")[:, :pe]
+    return np.array([[(int(b) >> (32 * p)) & 0xFFFFFFFF for p in range(pe)] for b in beats],
+                    np.uint32).reshape(-1, pe)
 
 
 def unpack_y(job: NBitsJob, beats, pe: int) -> np.ndarray:
