@@ -34,6 +34,8 @@ REGISTERS = ("k", "block_size", "bits", "passes", "int8", "zp_mode", "bias", "ou
 #: Width of the ``k`` and ``passes`` registers.
 COUNT_WIDTH = 22
 _TERM_FIFO = 32        # block terms between BlockScale and RowAccumulate (> BlockScale latency)
+_OUT_DECODE_LATENCY, _OUT_ROUND_LATENCY = 1, 3       # the float16/bfloat16 rounding of y
+_Y_FIFO = 8            # y beats reserved past the rounding (> its latency: one beat per cycle)
 
 
 class MatMulNBits(wiring.Component):
@@ -65,7 +67,8 @@ class MatMulNBits(wiring.Component):
     ``y``
         One beat per pass, ``last`` on the job's last pass: ``y[p]`` float32, or with
         ``out_fmt`` 1 / 2 rounded to nearest even to float16 / bfloat16 (A's type) in its low
-        16 bits (a combinational rounding at the output). Columns past N
+        16 bits (a 4-cycle rounding pipeline into an 8-beat output FIFO that a credit
+        reserves, so back-pressure on ``y`` loses nothing). Columns past N
         (a partial last group) carry whatever their codes give; the host drops them.
 
     Registers (valid at ``start``, latched then): ``k`` (1 to ``2**22 - 1``), ``block_size``
@@ -87,12 +90,14 @@ class MatMulNBits(wiring.Component):
     ``weight_bus_width / bits`` codes per cycle; consecutive passes leave no gap, but a pass
     takes at least ``8 * partial_sums`` cycles (the previous row's fold). ``s``, ``z`` and
     ``a`` need far less. Measured (tests/rtl/test_matmul_nbits.py::test_utilisation, and the
-    demo's GEMV at the default configuration: 99.6% int8 path, 98.8% float path).
+    demo's GEMV at the default configuration: 99.5% int8 path, 98.8% float path).
 
     Latency, from the transfer of a pass's last ``a`` beat to its ``y`` beat, no stalls: the
     path's pipeline (int8: ActivationQuant, MacArray, BlockScale, RowAccumulate; float: the
-    row padding and FloatMac), measured 143 (int8) and 125 (float) cycles at the default
-    configuration, 152 / 125 at pe 2 x simd 4 (``qaccel.RTL.last_run.latency``).
+    row padding and FloatMac), then 6 cycles of output (the 4-stage rounding pipeline and the
+    ``y`` FIFO's 2); measured 149 (int8) and 131 (float) cycles at the default configuration
+    (``qaccel demo``), 151 / 124 at pe 2 x simd 4 (``qaccel demo --quick``;
+    ``qaccel.RTL.last_run.latency``).
     """
 
     def __init__(self, config: AccelConfig | None = None):
@@ -341,26 +346,41 @@ class MatMulNBits(wiring.Component):
                      bias_fifo.r_en.eq(int8_bias_pop | f_bias_pop),
                      self.a.ready.eq(Mux(int8_r, aq.a.ready & int8_run, a_ready_f))]
 
-        # -- output -----------------------------------------------------------------------------
-        y_cnt = Signal(CW)
-        y_last = Signal()
+        # -- output: rounding pipeline, then a FIFO reserved by a credit ------------------------
         src_valid = Mux(int8_r, racc.o.valid, y_src.valid)
         src_y = Mux(int8_r, racc.o.payload.y.as_value(), y_src.payload.y.as_value())
+        m.submodules.y_fifo = y_fifo = fifo.SyncFIFOBuffered(width=32 * pe, depth=_Y_FIFO)
+        reserved = Signal(range(_Y_FIFO + 1))
+        take = Signal()
+        m.d.comb += [take.eq(src_valid & active & (reserved < _Y_FIFO)),
+                     racc.o.ready.eq(take & int8_r)]
+        if self._float_mac is not None:
+            m.d.comb += y_src.ready.eq(take & ~int8_r)
         halves = tuple(FORMATS[f] for f in OUT_FORMATS[1:])
         ew = max(decode_exp_width((FORMATS["float32"],)), round_exp_width(halves))
+        lat = _OUT_DECODE_LATENCY + _OUT_ROUND_LATENCY
         for p in range(pe):
             word = src_y[32 * p:32 * (p + 1)]
-            dec = Decode(("float32",), sig_width=24, exp_width=ew, latency=0)
-            rnd = FloatRound(halves, sig_width=24, exp_width=ew, latency=0)
+            dec = Decode(("float32",), sig_width=24, exp_width=ew, latency=_OUT_DECODE_LATENCY)
+            rnd = FloatRound(halves, sig_width=24, exp_width=ew, latency=_OUT_ROUND_LATENCY)
             m.submodules[f"out_dec{p}"], m.submodules[f"out_round{p}"] = dec, rnd
             m.d.comb += [dec.code.eq(word), dec.fmt.eq(0), rnd.i.eq(dec.o),
                          rnd.fmt.eq(out_fmt_r - 1), rnd.saturate.eq(0),
-                         self.y.payload.y[p].eq(Mux(out_fmt_r == 0, word, rnd.code))]
-        m.d.comb += [y_last.eq(y_cnt == passes_r - 1), self.y.payload.last.eq(y_last),
-                     self.y.valid.eq(src_valid & active),
-                     racc.o.ready.eq(self.y.ready & int8_r & active)]
-        if self._float_mac is not None:
-            m.d.comb += y_src.ready.eq(self.y.ready & ~int8_r & active)
+                         y_fifo.w_data[32 * p:32 * (p + 1)].eq(
+                             Mux(out_fmt_r == 0, delay(m, word, lat, f"y{p}"), rnd.code))]
+        taken = take                            # its valid bit (resets, unlike the data)
+        for k in range(lat):
+            reg = Signal(name=f"y_taken_d{k + 1}")
+            m.d.sync += reg.eq(taken)
+            taken = reg
+        m.d.comb += y_fifo.w_en.eq(taken)
+
+        y_cnt = Signal(CW)
+        y_last = Signal()
+        m.d.comb += [y_last.eq(y_cnt == passes_r - 1),
+                     self.y.payload.y.eq(y_fifo.r_data), self.y.payload.last.eq(y_last),
+                     self.y.valid.eq(y_fifo.r_rdy), y_fifo.r_en.eq(self.y.ready)]
+        m.d.sync += reserved.eq(reserved + take - (self.y.valid & self.y.ready))
         with m.If(self.y.valid & self.y.ready):
             m.d.sync += y_cnt.eq(y_cnt + 1)
             with m.If(y_last):
