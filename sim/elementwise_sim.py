@@ -29,6 +29,7 @@ from qaccel.sim import tbconfig
 from qaccel.sim.jobs import Job
 from qaccel.sim.runner import (
     BUILD_ARGS,
+    MAKE_VARIABLES,
     TIMESCALE,
     Build,
     SimResult,
@@ -110,6 +111,7 @@ def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilat
     live = icarus_live_drivers and simulator == "icarus"
     key = digest({"design": design_key(unit), "name": name, "simulator": simulator,
                   "build_args": BUILD_ARGS.get(simulator),
+                  "make_variables": MAKE_VARIABLES.get(simulator),
                   **({"icarus_live_drivers": True} if live else {})})
     with _builds_lock:
         known = _builds.get(unit, {}).get(key)

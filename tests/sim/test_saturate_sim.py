@@ -49,13 +49,17 @@ def test_smoke(simulator):
 
 
 def test_runner_reuses_build_and_reports_failures():
-    """A repeat run skips the build; a failing cocotb test raises SimulationFailed."""
+    """A repeat run skips the build; the C++ was compiled with MAKE_VARIABLES' -O0; a failing
+    cocotb test raises SimulationFailed."""
     if missing_simulator("verilator"):
         pytest.skip(missing_simulator("verilator"))
     dut = Saturate(12, bits=8, signed=True)
     run_saturate(dut, "verilator", beats=50, throughput_beats=50)
     again = run_saturate(dut, "verilator", beats=50, throughput_beats=50)
     assert not again.built
+    log = (again.build_dir / "build.log").read_text()
+    compiles = [line for line in log.splitlines() if " -c -o " in line]
+    assert compiles and all("-O0" in line and "-Os" not in line for line in compiles)
     # Claim a latency of 2: the throughput test must fail and name itself.
     with pytest.raises(SimulationFailed, match=r"failed on verilator(.|\n)*test_throughput"):
         run_saturate(dut, "verilator", beats=50, throughput_beats=50, latency=2)
