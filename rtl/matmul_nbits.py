@@ -87,9 +87,11 @@ class MatMulNBits(wiring.Component):
     ``simd``-element beat per cycle per column when the streams keep up.
 
     Throughput: ``pe * simd`` MACs per cycle, bounded by the weight bus at
-    ``weight_bus_width / bits`` codes per cycle; consecutive passes leave no gap, but a pass
-    takes at least ``8 * partial_sums`` cycles (the previous row's fold). ``s``, ``z`` and
-    ``a`` need far less. Measured (tests/rtl/test_matmul_nbits.py::test_utilisation, and the
+    ``weight_bus_width / bits`` codes per cycle; consecutive passes leave no gap (except one
+    cycle per pass on the float path with ``bias``: its bias beat on ``s`` is taken between
+    the last block's parameters and the next pass's first), but a pass takes at least
+    ``8 * partial_sums`` cycles (the previous row's fold). ``s``, ``z`` and ``a`` need far
+    less. Measured (tests/rtl/test_matmul_nbits.py::test_utilisation, and the
     demo's GEMV at the default configuration: 99.5% int8 path, 98.8% float path).
 
     Latency, from the transfer of a pass's last ``a`` beat to its ``y`` beat, no stalls: the
