@@ -172,6 +172,42 @@ def _sim_nbits(args) -> int:
     return 0 if ok else 1
 
 
+def _int_list(text: str) -> list[int]:
+    """``"2..8"``, ``"16,32,64"`` or a mix (``"2..4,8"``) -> the integers, in order."""
+    out = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("..")
+            out += range(int(lo), int(hi) + 1) if hi else [int(lo)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected integers like 2..8 or 16,32, not {text!r}") from None
+    return out
+
+
+def _perf(args) -> int:
+    from qaccel.model.config import AccelConfig
+    from qaccel.model.perf import nbits_pass
+
+    try:
+        config = AccelConfig.load(args.config) if args.config else AccelConfig()
+        rows = [nbits_pass(config, K=args.K, bits=b, block_size=bs, zero_points=args.zero_points,
+                           accuracy_level=args.level, bias=args.bias)
+                for b in args.bits for bs in args.block_size]
+    except (OSError, TypeError, ValueError) as e:
+        raise SystemExit(f"qaccel perf: {e}") from None
+    print(f"MatMulNBits steady state per pass (one row x {config.pe} columns), K {args.K}, "
+          f"accuracy_level {args.level}, {args.zero_points} zero points"
+          f"{', bias' if args.bias else ''}; engine pe {config.pe} x simd {config.simd}, "
+          f"weight bus {config.weight_bus_width} bits, {config.partial_sums} partial sums")
+    print(f"{'bits':>4} {'block':>5} {'path':>5} {'cycles':>8} {'MAC/cycle':>9} "
+          f"{'util':>6} {'w bytes':>8}  bound")
+    for r in rows:
+        print(f"{r.bits:>4} {r.block_size:>5} {r.path:>5} {float(r.cycles):>8.1f} "
+              f"{r.macs_per_cycle:>9.2f} {r.utilisation:>6.1%} {r.bytes['w']:>8}  {r.bound}")
+    return 0
+
+
 def _verilog(args) -> int:
     from qaccel.emit import write_verilog
     from qaccel.model.config import AccelConfig
@@ -235,6 +271,20 @@ def main(argv=None) -> int:
                    help="weight zero points (default packed uint8)")
     g.add_argument("--bias", action="store_true", help="add a bias")
     p.set_defaults(func=_sim)
+
+    p = sub.add_parser("perf", help="the MatMulNBits performance model: cycles, MAC/cycle, "
+                                    "utilisation and bound per bits / block_size setting")
+    p.add_argument("--bits", type=_int_list, default=list(range(2, 9)),
+                   help="weight bits, e.g. 2..8 (default) or 4,8")
+    p.add_argument("--block-size", type=_int_list, default=[16, 32, 64, 128, 256],
+                   help="block sizes, e.g. 16,32,64 (default 16..256 powers of two)")
+    p.add_argument("--K", type=int, default=1024, help="inner dimension (default 1024)")
+    p.add_argument("--level", type=int, default=4, choices=range(5),
+                   help="accuracy_level (default 4: the int8 path)")
+    p.add_argument("--zero-points", choices=["none", "packed", "float"], default="packed")
+    p.add_argument("--bias", action="store_true", help="with a bias")
+    p.add_argument("--config", help="an AccelConfig JSON file (default: AccelConfig())")
+    p.set_defaults(func=_perf)
 
     p = sub.add_parser("verilog", help="write the units' Verilog (AXI4-Stream ports) and a JSON "
                                        "description of ports, registers and configuration")

@@ -12,6 +12,7 @@ import pytest
 
 from qaccel.model.config import AccelConfig
 from qaccel.model.nbits import quantize_weights_nbits
+from qaccel.model.perf import nbits_pass
 from qaccel.rtl.matmul_nbits import MatMulNBits
 from qaccel.sim.elementwise_sim import design_key
 from qaccel.sim.nbits_jobs import NBitsJob, nbits_job, same_y, y_words
@@ -241,7 +242,8 @@ def measure(config, bits, block_size, K=1024, M=2, N=None, level=4):
 def test_utilisation(shape, level):
     """Steady-state MAC utilisation for every bits / block_size pair, input streams never
     stalled (K = 1024): 100% of pe x simd where the weight bus carries simd codes per column
-    and cycle, else exactly the bus bound (bus / pe / bits codes per column and cycle)."""
+    and cycle, else exactly the bus bound (bus / pe / bits codes per column and cycle); equal
+    to the performance model (qaccel.model.perf.nbits_pass)."""
     config = SHAPES[shape]
     lane_bus = config.weight_bus_width // config.pe
     rows = []
@@ -252,5 +254,7 @@ def test_utilisation(shape, level):
         util = beats / per_pass
         assert util >= 0.95 * peak, f"bits {bits} block {bs}: {util:.3f} of peak {peak:.3f}"
         assert per_pass == -(-beats * config.simd * bits // lane_bus) or peak == 1.0
+        assert per_pass == nbits_pass(config, K=1024, bits=bits, block_size=bs,
+                                      accuracy_level=level).cycles, (bits, bs)
     print(f"\n{shape} level {level}, K 1024 ({beats} beats per pass), cycles per pass by "
           f"bits/block_size: {' '.join(rows)}")
