@@ -228,11 +228,11 @@ def test_float_path_matrix(shape):
 # -- throughput ---------------------------------------------------------------------------------
 
 
-def measure(config, bits, block_size, K=1024, M=2, N=None, level=4):
+def measure(config, bits, block_size, K=1024, M=2, N=None, level=4, bias=False):
     """Run a job without pauses; return (cycles per pass in the steady state, beats per
     pass) from the spacing of the y beats."""
     N = 4 * config.pe if N is None else N
-    job = make_job(config, bits, block_size, K, N, "packed", False, M, level=level)
+    job = make_job(config, bits, block_size, K, N, "packed", bias, M, level=level)
     r = run_jobs(config, [job])[0]
     gaps = np.diff(np.asarray(r.output_cycles["y"]))
     return int(np.median(gaps)), -(-K // block_size) * block_size // config.simd
@@ -258,3 +258,14 @@ def test_utilisation(shape, level):
                                       accuracy_level=level).cycles, (bits, bs)
     print(f"\n{shape} level {level}, K 1024 ({beats} beats per pass), cycles per pass by "
           f"bits/block_size: {' '.join(rows)}")
+
+
+@pytest.mark.parametrize("level", [4, 0])
+def test_bias_cycle_of_the_float_path(level):
+    """With a bias the float path takes one more cycle per pass (the bias beat on ``s`` sits
+    between two passes' block parameters); the int8 path does not. The model says the same."""
+    config = SHAPES["p2s4"]
+    per_pass, beats = measure(config, 4, 32, bias=True, level=level)
+    assert per_pass == beats + (level != 4)
+    assert per_pass == nbits_pass(config, K=1024, bits=4, block_size=32, accuracy_level=level,
+                                  bias=True).cycles
