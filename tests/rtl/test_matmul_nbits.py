@@ -269,3 +269,16 @@ def test_bias_cycle_of_the_float_path(level):
     assert per_pass == beats + (level != 4)
     assert per_pass == nbits_pass(config, K=1024, bits=4, block_size=32, accuracy_level=level,
                                   bias=True).cycles
+
+
+@pytest.mark.parametrize(("shape", "level"), [("p2s4", 4), ("p2s4", 0), ("p4s2", 4)])
+def test_short_rows_wait_for_the_fold(shape, level):
+    """A pass shorter than the previous row's fold (8 x partial_sums cycles) takes the fold's
+    time: 64 cycles with 8 partial sums; with 3 (p4s2, fold 24) rows of 32+ beats do not
+    wait. The model says the same."""
+    config = SHAPES[shape]
+    for K in (64, 128, 200):
+        per_pass, beats = measure(config, 4, 16, K=K, M=6, level=level)
+        model = nbits_pass(config, K=K, bits=4, block_size=16, accuracy_level=level)
+        assert per_pass == model.cycles == max(beats, 8 * config.partial_sums), K
+        assert model.bound == ("fold" if beats < 8 * config.partial_sums else "compute")
