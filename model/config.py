@@ -33,7 +33,9 @@ __all__ = [
     "NBITS",
     "SCALES",
     "SIMD",
+    "ZERO_POINTS",
     "AccelConfig",
+    "int8_path",
 ]
 
 #: Lane counts the stream units support.
@@ -55,6 +57,14 @@ PRECISIONS = ("float32", "float16", "bfloat16", "float64")
 SIMD = (1, 2, 4, 8, 16)
 #: MatMulNBits weight widths.
 NBITS = (2, 3, 4, 5, 6, 7, 8)
+#: MatMulNBits zero points: absent (``2 ** (bits - 1)``), packed uint8 codes, or float.
+ZERO_POINTS = ("none", "packed", "float")
+
+
+def int8_path(accuracy_level: int, *, float_zero_points: bool, g_idx: bool) -> bool:
+    """Whether the MatMulNBits engine takes the int8 path (accuracy_level 4 with integer or
+    no zero points and no g_idx); otherwise it takes the float path."""
+    return accuracy_level == 4 and not float_zero_points and not g_idx
 
 
 def _types(name: str, value, allowed: tuple[str, ...]) -> tuple[str, ...]:

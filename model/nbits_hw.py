@@ -48,7 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import nbits_kernels as _k
-from .config import AccelConfig
+from .config import AccelConfig, int8_path
 from .nbits import (
     _A_DTYPES,
     _check_A,
@@ -64,11 +64,6 @@ from .validate import as_array, check_int, check_shape
 __all__ = ["gidx_operands", "int8_path", "matmul_nbits_hw"]
 
 _F32 = np.float32
-
-
-def int8_path(accuracy_level: int, *, float_zero_points: bool, g_idx: bool) -> bool:
-    """Whether the engine takes the int8 path (see the module notes)."""
-    return accuracy_level == 4 and not float_zero_points and not g_idx
 
 
 def _fold(partials: np.ndarray) -> np.ndarray:

@@ -21,14 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .config import AccelConfig
+from .config import ZERO_POINTS, AccelConfig, int8_path
 from .validate import check_int, check_int_choice, check_power_of_two
 
 __all__ = ["BOUNDS", "NBitsPass", "nbits_pass"]
 
 #: What limits a pass, in the order ties are named.
 BOUNDS = ("compute", "weight bus", "scale stream", "fold")
-_ZERO_POINTS = ("none", "packed", "float")
 
 
 @dataclass(frozen=True)
@@ -81,10 +80,11 @@ def nbits_pass(config: AccelConfig, *, K: int, bits: int, block_size: int,
     check_int_choice("bits", bits, config.nbits)
     check_power_of_two("block_size", block_size, max(16, config.simd))
     check_int("block_size", block_size, None, config.max_block_size)
-    if zero_points not in _ZERO_POINTS:
-        raise ValueError(f"zero_points must be one of {_ZERO_POINTS}, not {zero_points!r}")
+    if zero_points not in ZERO_POINTS:
+        raise ValueError(f"zero_points must be one of {ZERO_POINTS}, not {zero_points!r}")
     check_int("accuracy_level", accuracy_level, 0, 4)
-    path = "int8" if accuracy_level == 4 and zero_points != "float" else "float"
+    float_zp = zero_points == "float"
+    path = "int8" if int8_path(accuracy_level, float_zero_points=float_zp, g_idx=False) else "float"
     if path == "float" and not config.float_path:
         raise ValueError(f"accuracy_level {accuracy_level} with zero_points {zero_points!r} "
                          f"takes the float path, which this config leaves out (float_path)")
@@ -92,15 +92,15 @@ def nbits_pass(config: AccelConfig, *, K: int, bits: int, block_size: int,
     lane_bus = config.weight_bus_width // pe
     blocks = -(-K // block_size)
     k_pad = blocks * block_size
+    s_beats = blocks + bool(bias)
     limits = {
         "compute": Fraction(k_pad // simd),
         "weight bus": Fraction(k_pad * bits, lane_bus),
-        "scale stream": Fraction(blocks + bool(bias)),
+        "scale stream": Fraction(s_beats),
         "fold": Fraction(8 * config.partial_sums),
     }
     bound = max(BOUNDS, key=lambda b: (limits[b], -BOUNDS.index(b)))
     cycles = limits[bound] + (1 if path == "float" and bias else 0)
-    s_beats = blocks + bool(bias)
     return NBitsPass(
         config=config, K=K, bits=bits, block_size=block_size, path=path, bound=bound,
         cycles=cycles, limits=limits,

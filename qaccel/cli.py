@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from qaccel.model.config import ZERO_POINTS
+
 __all__ = ["main"]
 
 
@@ -267,7 +269,7 @@ def main(argv=None) -> int:
     g.add_argument("--M", type=int, default=1, help="rows of A (default 1: a GEMV)")
     g.add_argument("--level", type=int, default=4, choices=range(5),
                    help="accuracy_level (default 4: the int8 path)")
-    g.add_argument("--zero-points", choices=["none", "packed", "float"], default="packed",
+    g.add_argument("--zero-points", choices=ZERO_POINTS, default="packed",
                    help="weight zero points (default packed uint8)")
     g.add_argument("--bias", action="store_true", help="add a bias")
     p.set_defaults(func=_sim)
@@ -281,7 +283,7 @@ def main(argv=None) -> int:
     p.add_argument("--K", type=int, default=1024, help="inner dimension (default 1024)")
     p.add_argument("--level", type=int, default=4, choices=range(5),
                    help="accuracy_level (default 4: the int8 path)")
-    p.add_argument("--zero-points", choices=["none", "packed", "float"], default="packed")
+    p.add_argument("--zero-points", choices=ZERO_POINTS, default="packed")
     p.add_argument("--bias", action="store_true", help="with a bias")
     p.add_argument("--config", help="an AccelConfig JSON file (default: AccelConfig())")
     p.set_defaults(func=_perf)

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ZERO_POINTS", "nbits_example", "run_report"]
+from qaccel.model.config import ZERO_POINTS
 
-#: ``zero_points`` choices: none (symmetric, default ``2**(bits-1)``), packed uint8, float.
-ZERO_POINTS = ("none", "packed", "float")
+__all__ = ["ZERO_POINTS", "nbits_example", "run_report"]
 
 
 def nbits_example(*, K: int, N: int, M: int, bits: int, block_size: int,
