@@ -8,12 +8,19 @@ takes the largest of
 * ``weight bus``: ``K_pad * bits`` bits per column over ``weight_bus_width / pe`` bits per
   cycle (the job's weights are one continuous bit stream per column, so this is an average);
 * ``scale stream``: one ``s`` beat per block, plus the bias beat;
-* ``fold``: ``8 * partial_sums`` cycles, the previous row's fold of its partial sums;
+* ``accumulate``: each float32 accumulator takes ``partial_sums`` operands per 8 cycles (an
+  operand waits until the adder is done with the previous one in the same partial sum): one
+  operand per block on the int8 path (the block terms), one per beat on the float path;
+* ``fold``: ``8 * partial_sums`` cycles, the previous row's fold of its partial sums.
 
-plus one cycle on the float path with a bias (the bias beat on ``s`` sits between two passes'
-block parameters). That is the steady state measured in RTL simulation, exactly for every
+That is the steady state measured in RTL simulation, exactly for every
 bits 2..8 x block_size 16..256 pair on the shapes of tests/rtl/test_matmul_nbits.py.
-Not modelled yet: a call's fill and drain (about 110-210 cycles at the tested shapes).
+
+:func:`nbits_call` adds a call's fill and drain: the cycles from ``start`` to the first ``a``
+beat, and the pipeline latency (:func:`nbits_latency`, the sum of the units' documented
+latencies, checked against the RTL classes in tests/model/test_perf.py).
+:func:`elementwise_call` models the QuantizeLinear / DequantizeLinear / DirectML units: table
+loads, one beat per cycle, and the unit's start and pipeline latencies.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ from fractions import Fraction
 from .config import ZERO_POINTS, AccelConfig, int8_path
 from .validate import check_int, check_int_choice, check_power_of_two
 
-__all__ = ["BOUNDS", "NBitsPass", "nbits_pass"]
+__all__ = ["BOUNDS", "ElementwiseCall", "NBitsCall", "NBitsPass", "elementwise_call",
+           "nbits_call", "nbits_latency", "nbits_pass"]
 
 #: What limits a pass, in the order ties are named.
-BOUNDS = ("compute", "weight bus", "scale stream", "fold")
+BOUNDS = ("compute", "weight bus", "scale stream", "accumulate", "fold")
 
 
 @dataclass(frozen=True)
@@ -97,10 +105,12 @@ def nbits_pass(config: AccelConfig, *, K: int, bits: int, block_size: int,
         "compute": Fraction(k_pad // simd),
         "weight bus": Fraction(k_pad * bits, lane_bus),
         "scale stream": Fraction(s_beats),
+        "accumulate": Fraction(_accumulate_row(_operands(path, blocks, k_pad, simd),
+                                               config.partial_sums)),
         "fold": Fraction(8 * config.partial_sums),
     }
     bound = max(BOUNDS, key=lambda b: (limits[b], -BOUNDS.index(b)))
-    cycles = limits[bound] + (1 if path == "float" and bias else 0)
+    cycles = limits[bound]
     return NBitsPass(
         config=config, K=K, bits=bits, block_size=block_size, path=path, bound=bound,
         cycles=cycles, limits=limits,
@@ -109,3 +119,216 @@ def nbits_pass(config: AccelConfig, *, K: int, bits: int, block_size: int,
                "s": s_beats * pe * 8,
                "z": -(-blocks * bits // 8) * pe if zero_points == "packed" else 0,
                "y": pe * 4})
+
+
+def _operands(path: str, blocks: int, k_pad: int, simd: int) -> int:
+    """Operands one row gives each float32 accumulator: block terms (int8) or beats (float)."""
+    return blocks if path == "int8" else k_pad // simd
+
+
+def _accumulate_row(operands: int, partial_sums: int, spacing: Fraction = Fraction(1)) -> int:
+    """Cycles from a row's first operand entering its accumulator to the last one, plus one:
+    operand ``j`` goes to partial sum ``j % partial_sums`` and waits 8 cycles after the
+    previous operand of that partial sum; operands are ``spacing`` cycles apart otherwise."""
+    last = operands - 1
+    return int(8 * (last // partial_sums) + spacing * (last % partial_sums)) + 1
+
+
+#: Cycles from ``start`` to the first ``a`` beat: the job registers (3 cycles), then the
+#: first beat on the int8 path; the float path also waits for the first block's parameters
+#: through the ``s`` FIFO (and, with a bias, for the bias beat ahead of them). Measured.
+_START = {"int8": 5, "float": 7}
+#: The engine's output stage: float16/bfloat16 rounding (Decode 1 + FloatRound 3), y FIFO 2.
+OUTPUT_LATENCY = 6
+
+
+def _tree_stages(simd: int) -> int:
+    """Register stages of a ``simd``-input max / adder tree (a register every two levels)."""
+    return -(-(simd.bit_length() - 1) // 2)
+
+
+def nbits_latency(config: AccelConfig, *, block_size: int, path: str) -> int:
+    """Cycles from the transfer of a pass's last ``a`` beat (K a multiple of ``block_size``) to
+    its ``y`` beat, nothing stalled, as the sum of the units' latencies:
+
+    * int8: :class:`~qaccel.rtl.activation_quant.ActivationQuant` ``35 + t``, the last block
+      read out again (``block_size / simd``), :class:`~qaccel.rtl.mac_array.MacArray`
+      ``t + 3``, the block-term hand-off 1, :class:`~qaccel.rtl.block_scale.BlockScale` 23,
+      :class:`~qaccel.rtl.row_accumulate.RowAccumulate` ``8 * partial_sums + 9`` (``t`` the
+      tree stages, ``ceil(log2(simd) / 2)``);
+    * float: :class:`~qaccel.rtl.float_mac.FloatMac` ``40 + 8 * partial_sums +
+      7 * log2(simd)``;
+
+    plus :data:`OUTPUT_LATENCY`.
+    """
+    if path not in ("int8", "float"):
+        raise ValueError(f"path must be 'int8' or 'float', not {path!r}")
+    simd, sums = config.simd, config.partial_sums
+    if path == "int8":
+        t = _tree_stages(simd)
+        core = (35 + t) + block_size // simd + (t + 3) + 1 + 23 + (8 * sums + 9)
+    else:
+        core = 40 + 8 * sums + 7 * (simd.bit_length() - 1)
+    return core + OUTPUT_LATENCY
+
+
+@dataclass(frozen=True)
+class NBitsCall:
+    """A whole MatMulNBits call (one engine job: ``M`` rows x ``ceil(N / pe)`` column groups).
+
+    ``cycles`` runs from the ``start`` strobe to the engine going idle after the last ``y``
+    beat; ``per_pass`` is the steady state (:func:`nbits_pass`), ``latency`` the pipeline's
+    (:func:`nbits_latency`), ``bytes`` each stream's total.
+    """
+
+    per_pass: NBitsPass
+    M: int
+    N: int
+    passes: int
+    latency: int
+    cycles: int
+
+    @property
+    def macs(self) -> int:
+        """Useful multiply-adds, ``M * N * K`` (padding columns and K past the end excluded)."""
+        return self.M * self.N * self.per_pass.K
+
+    @property
+    def macs_per_cycle(self) -> float:
+        return self.macs / self.cycles
+
+    @property
+    def utilisation(self) -> float:
+        """Fraction of the ``pe * simd`` MAC slots of the whole call that did useful work."""
+        c = self.per_pass.config
+        return self.macs_per_cycle / (c.pe * c.simd)
+
+    @property
+    def bound(self) -> str:
+        return self.per_pass.bound
+
+    @property
+    def bytes(self) -> dict[str, int]:
+        return {k: v * self.passes for k, v in self.per_pass.bytes.items()}
+
+
+def nbits_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int, block_size: int,
+               zero_points: str = "packed", accuracy_level: int = 4,
+               bias: bool = False) -> NBitsCall:
+    """Return the cycles of one MatMulNBits call ``(M, K) x (K, N)`` on ``config``'s engine,
+    input streams never stalled and ``y`` never back-pressured.
+
+    ``start`` cycles + the passes + the pipeline latency. The first pass runs at the
+    upstream rate (compute, weight bus, scale stream); each further pass takes
+    :func:`nbits_pass`'s cycles. When the accumulators bound a pass, its operands queue, and
+    the call ends ``latency`` after its last operand enters them. Exact against the RTL where
+    the weight bus does not bound the call; on weight-bus-bound calls the weight unpacker's
+    head start (the words it buffers while the first block is quantised) makes the RTL 2 to 7
+    cycles faster than this (tests/rtl/test_matmul_nbits.py::test_whole_call_cycles).
+    """
+    check_int("M", M, 1)
+    check_int("N", N, 1)
+    p = nbits_pass(config, K=K, bits=bits, block_size=block_size, zero_points=zero_points,
+                   accuracy_level=accuracy_level, bias=bias)
+    passes = M * -(-N // config.pe)
+    latency = nbits_latency(config, block_size=block_size, path=p.path)
+    lim = p.limits
+    first = max(lim["compute"], lim["weight bus"], lim["scale stream"])
+    # the float path's first beat waits for the bias beat on ``s`` unless the weights are later
+    start = _START[p.path] + (p.path == "float" and bias and first == lim["compute"])
+    upstream = start + latency + int(-(-(first + (passes - 1) * p.cycles) // 1))
+    if p.path == "int8" and lim["weight bus"] > lim["compute"]:
+        # while the first block is quantised, each column's WeightUnpack fills its bit buffer
+        # and output register; the weight bus starts that far ahead (less its 3-cycle
+        # pipeline), and the first row's operands come at the compute rate
+        lane_bus = config.weight_bus_width // config.pe
+        buffered = (lane_bus + 8 * config.simd + min(lane_bus, 8 * config.simd)
+                    + config.simd * bits)
+        upstream -= buffered // lane_bus - 3
+        first = lim["compute"]
+    blocks = -(-K // block_size)
+    operands = _operands(p.path, blocks, blocks * block_size, config.simd)
+    spacing = first / operands
+    accumulate = (start + latency + int(spacing - 1) + (passes - 1) * int(lim["accumulate"])
+                  + _accumulate_row(operands, config.partial_sums, spacing))
+    cycles = max(upstream, accumulate)
+    if p.path == "int8":
+        # the first block is read out once its ``a`` beats are in: fewer than block_size /
+        # simd when a row is one partial block
+        cycles -= block_size // config.simd - -(-min(block_size, K) // config.simd)
+    return NBitsCall(per_pass=p, M=M, N=N, passes=passes, latency=latency, cycles=cycles)
+
+
+@dataclass(frozen=True)
+class ElementwiseCall:
+    """A QuantizeLinear / DequantizeLinear / DirectML call on an elementwise unit.
+
+    ``cycles`` runs from the first table write to the unit going idle after the last job
+    (as :attr:`qaccel.engine.RunRecord.cycles`), ``load_cycles`` of them writing tables (one
+    per entry, plus the ``start`` strobe of each job).
+    """
+
+    op: str
+    lanes: int
+    jobs: int
+    elements: int
+    beats: int
+    load_cycles: int
+    latency: int
+    start_latency: int
+    cycles: int
+
+    @property
+    def elements_per_cycle(self) -> float:
+        return self.elements / self.cycles
+
+    @property
+    def bound(self) -> str:
+        """``"stream"`` when the beats take most of the cycles, else ``"table load"`` or
+        ``"latency"``."""
+        fixed = self.jobs * (self.latency + self.start_latency)
+        return max((self.beats, "stream"), (self.load_cycles, "table load"),
+                   (fixed, "latency"))[1]
+
+
+#: Operators of the elementwise units.
+ELEMENTWISE_OPS = ("quantize", "dequantize", "dml")
+
+
+def elementwise_call(config: AccelConfig, op: str, jobs) -> ElementwiseCall:
+    """Return the cycles of an elementwise call made of ``jobs``, a sequence of ``(elements,
+    table_entries)`` pairs, one per unit job (:class:`qaccel.RTL` splits a call into jobs when
+    its scales do not fit ``config.table_depth``; ``RunRecord.jobs`` says how many).
+
+    Per job: ``table_entries`` writes and the ``start`` strobe, the index generator's
+    ``start_latency``, ``ceil(elements / lanes)`` beats at one per cycle, and the unit's
+    ``latency`` (the :class:`~qaccel.rtl.quantize.Quantize` / ``Dequantize`` unit's own
+    attributes; DirectML runs on the Quantize unit). Exact against the RTL
+    (tests/qaccel/test_rtl_engine.py::test_elementwise_cycles_equal_the_model).
+    """
+    if not isinstance(config, AccelConfig):
+        raise TypeError(f"config must be an AccelConfig, not {config!r}")
+    if op not in ELEMENTWISE_OPS:
+        raise ValueError(f"op must be one of {ELEMENTWISE_OPS}, not {op!r}")
+    if isinstance(jobs, (str, bytes)) or not hasattr(jobs, "__iter__"):
+        raise TypeError(f"jobs must be a sequence of (elements, table_entries), not {jobs!r}")
+    jobs = list(jobs)
+    if not jobs:
+        raise ValueError("jobs must hold at least one (elements, table_entries) pair")
+    for j, job in enumerate(jobs):
+        if not isinstance(job, tuple) or len(job) != 2:
+            raise TypeError(f"jobs[{j}] must be an (elements, table_entries) pair, not {job!r}")
+        check_int(f"jobs[{j}] elements", job[0], 1)
+        check_int(f"jobs[{j}] table_entries", job[1], 1, config.table_depth)
+    if op == "dequantize":
+        from qaccel.rtl.dequantize import Dequantize as unit_class
+    else:
+        from qaccel.rtl.quantize import Quantize as unit_class
+    unit = unit_class(config)
+    beats = sum(-(-e // config.lanes) for e, _ in jobs)
+    load = sum(t + 1 for _, t in jobs)
+    fixed = len(jobs) * (unit.start_latency + unit.latency)
+    return ElementwiseCall(op=op, lanes=config.lanes, jobs=len(jobs),
+                           elements=sum(e for e, _ in jobs), beats=beats, load_cycles=load,
+                           latency=unit.latency, start_latency=unit.start_latency,
+                           cycles=load + beats + fixed)

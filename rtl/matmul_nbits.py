@@ -36,6 +36,7 @@ COUNT_WIDTH = 22
 _TERM_FIFO = 32        # block terms between BlockScale and RowAccumulate (> BlockScale latency)
 _OUT_DECODE_LATENCY, _OUT_ROUND_LATENCY = 1, 3       # the float16/bfloat16 rounding of y
 _Y_FIFO = 8            # y beats reserved past the rounding (> its latency: one beat per cycle)
+_PARAM_FIFO = 4        # block parameters from ``s`` taken ahead of their block
 
 
 class MatMulNBits(wiring.Component):
@@ -87,12 +88,13 @@ class MatMulNBits(wiring.Component):
     ``simd``-element beat per cycle per column when the streams keep up.
 
     Throughput: ``pe * simd`` MACs per cycle, bounded by the weight bus at
-    ``weight_bus_width / bits`` codes per cycle; consecutive passes leave no gap (except one
-    cycle per pass on the float path with ``bias``: its bias beat on ``s`` is taken between
-    the last block's parameters and the next pass's first), but a pass takes at least
-    ``8 * partial_sums`` cycles (the previous row's fold). ``s``, ``z`` and ``a`` need far
-    less. Measured (tests/rtl/test_matmul_nbits.py::test_utilisation, and the
-    demo's GEMV at the default configuration: 99.5% int8 path, 98.8% float path).
+    ``weight_bus_width / bits`` codes per cycle; consecutive passes leave no gap (``s`` goes
+    through a bias FIFO and a 4-entry block-parameter FIFO, so a pass's bias beat is taken
+    while the previous pass computes). A pass takes at least ``8 * partial_sums`` cycles (the
+    previous row's fold), and each float32 accumulator takes ``partial_sums`` operands (block
+    terms on the int8 path, beats on the float path) per 8 cycles. ``s``, ``z`` and ``a``
+    need far less. :func:`qaccel.model.perf.nbits_call` gives a call's cycles exactly
+    (tests/rtl/test_matmul_nbits.py::test_whole_call_cycles, test_utilisation).
 
     Latency, from the transfer of a pass's last ``a`` beat to its ``y`` beat, no stalls: the
     path's pipeline (int8: ActivationQuant, MacArray, BlockScale, RowAccumulate; float: the
@@ -147,6 +149,7 @@ class MatMulNBits(wiring.Component):
         cfg = self._config
         pe, simd, mb = cfg.pe, cfg.simd, cfg.max_block_size
         CW = COUNT_WIDTH
+        words = data.ArrayLayout(unsigned(32), pe)
 
         # -- job registers ----------------------------------------------------------------------
         k_r = Signal(CW)
@@ -225,14 +228,25 @@ class MatMulNBits(wiring.Component):
         s_cnt = Signal(CW)
         s_is_bias = Signal()
         m.d.comb += s_is_bias.eq(bias_r & (s_cnt == 0))
+        # ``s`` is split into a bias FIFO and a block-parameter FIFO, so that the next pass's
+        # bias beat is taken while the current pass's last block is still being computed
         m.submodules.bias_fifo = bias_fifo = fifo.SyncFIFOBuffered(width=32 * pe, depth=4)
+        param_layout = data.StructLayout(
+            {"scale": words, **({"zero": words} if cfg.float_path else {})})
+        m.submodules.param_fifo = param_fifo = fifo.SyncFIFOBuffered(
+            width=param_layout.size, depth=_PARAM_FIFO)
+        param = data.View(param_layout, param_fifo.r_data)
         param_valid = Signal()
         param_take = Signal()
         zp_ok = (zp_r != ZP_PACKED) | zunpack[0].o.valid
-        m.d.comb += [param_valid.eq(active & self.s.valid & ~s_is_bias & zp_ok),
+        m.d.comb += [param_valid.eq(active & param_fifo.r_rdy & zp_ok),
+                     param_fifo.r_en.eq(param_take),
+                     param_fifo.w_data.eq(self.s.payload.as_value()[:param_layout.size]),
+                     param_fifo.w_en.eq(active & self.s.valid & ~s_is_bias),
                      bias_fifo.w_data.eq(self.s.payload.scale),
                      bias_fifo.w_en.eq(active & self.s.valid & s_is_bias),
-                     self.s.ready.eq(Mux(s_is_bias, bias_fifo.w_rdy & active, param_take))]
+                     self.s.ready.eq(active & Mux(s_is_bias, bias_fifo.w_rdy,
+                                                  param_fifo.w_rdy))]
         for u in zunpack:
             m.d.comb += u.o.ready.eq(param_take & (zp_r == ZP_PACKED))
         with m.If(self.s.valid & self.s.ready):
@@ -280,7 +294,7 @@ class MatMulNBits(wiring.Component):
                      bsc.valid.eq(fire), bsc.isum.eq(mac.o.payload.isum),
                      bsc.asum.eq(mac.o.payload.asum), bsc.sa.eq(sa_fifo.r_data)]
         for p in range(pe):
-            m.d.comb += [bsc.sb[p].eq(self.s.payload.scale[p]), bsc.zp[p].eq(zp8[p])]
+            m.d.comb += [bsc.sb[p].eq(param.scale[p]), bsc.zp[p].eq(zp8[p])]
         term = Signal(term_layout)
         m.d.comb += [term.t.eq(bsc.t),
                      term.row_last.eq(delay(m, mac.o.payload.last, bsc.latency, "row_last")),
@@ -319,8 +333,8 @@ class MatMulNBits(wiring.Component):
                              zp_r == ZP_FLOAT)]
             for p in range(pe):
                 m.d.comb += [fi.q[p].eq(unpackers[p].o.payload.q),
-                             fi.scale[p].eq(self.s.payload.scale[p]),
-                             fi.zero[p].eq(Mux(zp_r == ZP_FLOAT, self.s.payload.zero[p],
+                             fi.scale[p].eq(param.scale[p]),
+                             fi.zero[p].eq(Mux(zp_r == ZP_FLOAT, param.zero[p],
                                                zp8[p]))]
             m.d.comb += fm.i.valid.eq(f_run & (~need_a | self.a.valid) & codes_valid
                                       & param_valid & (~row_last | bias_ok))

@@ -22,7 +22,7 @@ def test_perf_float_path_with_bias(capsys):
     assert cli.main(["perf", "--bits", "4", "--block-size", "32", "--level", "0",
                      "--bias"]) == 0
     row = capsys.readouterr().out.splitlines()[2].split()
-    assert row[2:4] == ["float", "129.0"]
+    assert row[2:4] == ["float", "128.0"]
 
 
 @pytest.mark.parametrize(("argv", "match"), [

@@ -20,6 +20,7 @@ import qaccel
 from qaccel import cli
 from qaccel.engine import RTL, RTLMismatchError, RunRecord, example_call
 from qaccel.model.config import AccelConfig
+from qaccel.model.perf import elementwise_call
 from qaccel.sim.jobs import codes_of
 from qaccel.sim.runner import missing_simulator
 
@@ -82,7 +83,11 @@ def test_rtl_returns_golden_arrays(rtl, case):
     op, kw = CALLS[case]
     args, kwargs = example_call(op, seed=len(case), **kw)
     same_bits(call(rtl, op, args, kwargs), GOLDEN[op](*args, **kwargs))
-    assert rtl.last_run.op == op and rtl.last_run.jobs == 1
+    run = rtl.last_run
+    assert run.op == op and run.jobs == 1
+    # the performance model's cycles are the RTL's
+    model = elementwise_call(rtl.config, op, [(run.elements, run.load_cycles - 1)])
+    assert (model.cycles, model.beats, model.latency) == (run.cycles, run.beats, run.latency)
 
 
 @needs("verilator")
@@ -98,6 +103,10 @@ def test_table_split(rtl, shape, axis, block_size, jobs):
     run = rtl.last_run
     assert run.jobs == jobs and run.elements == np.prod(shape)
     assert run.load_cycles == args[1].size + jobs     # every scale loaded once, a start each
+    # one lane: the model's cycles depend on the jobs' total elements and entries only
+    split = [(run.elements // jobs, args[1].size // jobs)] * (jobs - 1)
+    split.append((run.elements - sum(e for e, _ in split), args[1].size - sum(t for _, t in split)))
+    assert elementwise_call(rtl.config, "quantize", split).cycles == run.cycles
     dq_args, dq_kwargs = example_call("dequantize", shape, axis=axis, block_size=block_size,
                                       seed=4)
     same_bits(rtl.dequantize_linear(*dq_args, **dq_kwargs),

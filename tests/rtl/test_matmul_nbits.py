@@ -12,7 +12,7 @@ import pytest
 
 from qaccel.model.config import AccelConfig
 from qaccel.model.nbits import quantize_weights_nbits
-from qaccel.model.perf import nbits_pass
+from qaccel.model.perf import nbits_call, nbits_pass
 from qaccel.rtl.matmul_nbits import MatMulNBits
 from qaccel.sim.elementwise_sim import design_key
 from qaccel.sim.nbits_jobs import NBitsJob, nbits_job, same_y, y_words
@@ -26,6 +26,13 @@ SHAPES = {"p2s4": AccelConfig(pe=2, simd=4, weight_bus_width=32),
                               float_path=False)}
 #: A second shape with the float path, for the slow matrix: pe 1 x simd 8, 3 partial sums.
 FLOAT_SLOW_SHAPE = AccelConfig(pe=1, simd=8, weight_bus_width=64, partial_sums=3)
+#: The slow performance sweep's shapes: the above, pe 1 x simd 16 with 2 partial sums (the
+#: accumulators bound blocks of one and two beats, the weight bus everything above 2 bits),
+#: and the default instance (pe 4 x simd 8, weight bus bound above 4 bits).
+PERF_SHAPES = {**SHAPES, "p1s8": FLOAT_SLOW_SHAPE,
+               "p1s16": AccelConfig(pe=1, simd=16, weight_bus_width=32, partial_sums=2,
+                                    float_path=False),
+               "default": AccelConfig()}
 
 _SIMS: dict[AccelConfig, StreamSim] = {}
 
@@ -261,12 +268,13 @@ def test_utilisation(shape, level):
 
 
 @pytest.mark.parametrize("level", [4, 0])
-def test_bias_cycle_of_the_float_path(level):
-    """With a bias the float path takes one more cycle per pass (the bias beat on ``s`` sits
-    between two passes' block parameters); the int8 path does not. The model says the same."""
+def test_bias_costs_no_cycle(level):
+    """A bias beat on ``s`` per pass costs no cycle on either path: ``s`` is split into a bias
+    FIFO and a block-parameter FIFO, so the next pass's bias is taken while the current pass
+    still computes. The model says the same."""
     config = SHAPES["p2s4"]
     per_pass, beats = measure(config, 4, 32, bias=True, level=level)
-    assert per_pass == beats + (level != 4)
+    assert per_pass == beats
     assert per_pass == nbits_pass(config, K=1024, bits=4, block_size=32, accuracy_level=level,
                                   bias=True).cycles
 
@@ -282,3 +290,54 @@ def test_short_rows_wait_for_the_fold(shape, level):
         model = nbits_pass(config, K=K, bits=4, block_size=16, accuracy_level=level)
         assert per_pass == model.cycles == max(beats, 8 * config.partial_sums), K
         assert model.bound == ("fold" if beats < 8 * config.partial_sums else "compute")
+
+
+def whole_calls(config, points, level):
+    """Run, without pauses, three calls per (bits, block_size) point: K 1024 over 2 x 2 column
+    groups, K 1000 with a bias and no zero points in one pass, and K 200 over 3 x 3 groups
+    (fold bound with 8 partial sums); return rows (point, call, RTL cycles, model cycles)."""
+    calls = [(1024, 2 * config.pe, 2, "packed", False), (1000, config.pe, 1, "none", True),
+             (200, 2 * config.pe + 1, 3, "packed", False)]
+    keys = [(bits, bs, *c) for bits, bs in points for c in calls]
+    jobs = [make_job(config, bits, bs, K, N, zp, bias, M, level=level)
+            for bits, bs, K, N, M, zp, bias in keys]
+    results = run_jobs(config, jobs)
+    rows = []
+    for (bits, bs, K, N, M, zp, bias), r in zip(keys, results, strict=True):
+        model = nbits_call(config, M=M, N=N, K=K, bits=bits, block_size=bs, zero_points=zp,
+                           accuracy_level=level, bias=bias)
+        rows.append(((bits, bs), (K, N, M), r.cycles, model.cycles, model.bound))
+    return rows
+
+
+def report(shape, level, rows):
+    worst = max(abs(m - c) / c for *_, c, m, _b in rows)
+    exact = sum(m == c for *_, c, m, _b in rows)
+    print(f"\n{shape} level {level}: {exact}/{len(rows)} calls exact, worst |model - RTL| / RTL "
+          f"{worst:.4%}; " + " ".join(f"{b}/{bs} K{k}:{c}" + ("" if m == c else f"(model {m})")
+                                      for (b, bs), (k, _n, _m), c, m, _b in rows))
+    return worst
+
+
+@pytest.mark.parametrize(("shape", "level"), [("p2s4", 4), ("p2s4", 0), ("p4s2", 4)])
+def test_whole_call_cycles(shape, level):
+    """The performance model's whole-call cycles (qaccel.model.perf.nbits_call: start, passes,
+    pipeline latency) equal the RTL's on a representative subset: every bound the shape has
+    (compute, weight bus, fold), short and long blocks, one pass and many."""
+    config = SHAPES[shape]
+    rows = whole_calls(config, [(2, 16), (4, 64), (5, 32), (8, 256), (7, 128)], level)
+    report(shape, level, rows)
+    assert [m for *_, m, _b in rows] == [c for *_, c, _m, _b in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("shape", "level"), [("p2s4", 4), ("p2s4", 0), ("p4s2", 4),
+                                              ("p1s16", 4), ("p1s8", 0), ("p1s8", 4),
+                                              ("default", 4), ("default", 0)])
+def test_whole_call_cycles_sweep(shape, level):
+    """Every bits 2..8 x block_size 16..256 point, three calls each, on five shapes and both
+    paths: the model's cycles equal the RTL's (the table is printed with -s)."""
+    config = PERF_SHAPES[shape]
+    rows = whole_calls(config, itertools.product(range(2, 9), (16, 32, 64, 128, 256)), level)
+    report(shape, level, rows)
+    assert [m for *_, m, _b in rows] == [c for *_, c, _m, _b in rows]
