@@ -221,23 +221,12 @@ def _layer(text: str) -> tuple[int, int]:
     return shape
 
 
-def _quiet_units():
-    """Silence Amaranth's warning about units built only for their latency attributes (the
-    elementwise performance model does that)."""
-    import warnings
-
-    from amaranth.hdl import UnusedElaboratable
-
-    warnings.filterwarnings("ignore", category=UnusedElaboratable)
-
-
 def _synth(args) -> int:
     from qaccel import hwreport
     from qaccel.model.config import AccelConfig
     from qaccel.synth import DesignDoesNotFitError, SynthToolError, SynthToolNotFoundError
 
     target = args.target or "ecp5-25k"
-    _quiet_units()
     try:
         if args.packing:
             return _synth_packing(args)
@@ -277,7 +266,6 @@ def _sweep(args) -> int:
     from qaccel import sweep
     from qaccel.model.config import AccelConfig
 
-    _quiet_units()
     try:
         base = AccelConfig.load(args.config) if args.config else AccelConfig()
         result = sweep.run_sweep(
