@@ -11,6 +11,8 @@
                                 --packing: the MAC array's MACs per DSP per weight width
     qaccel sweep                the performance model (and --synth) over bits x block size x
                                 shapes x targets, resumable, local processes or a Dask cluster
+    qaccel report SWEEP         PNG plots of a sweep: throughput vs bits per block size,
+                                roofline, throughput vs LUTs and DSPs (synthesised sweeps)
 """
 
 from __future__ import annotations
@@ -193,24 +195,28 @@ def _int_list(text: str) -> list[int]:
 
 def _perf(args) -> int:
     from qaccel.model.config import AccelConfig
-    from qaccel.model.perf import nbits_pass
+    from qaccel.model.perf import nbits_call
 
     try:
         config = AccelConfig.load(args.config) if args.config else AccelConfig()
-        rows = [nbits_pass(config, K=args.K, bits=b, block_size=bs, zero_points=args.zero_points,
-                           accuracy_level=args.level, bias=args.bias)
-                for b in args.bits for bs in args.block_size]
+        calls = [nbits_call(config, M=args.M, N=args.N, K=args.K, bits=b, block_size=bs,
+                            zero_points=args.zero_points, accuracy_level=args.level,
+                            bias=args.bias)
+                 for b in args.bits for bs in args.block_size]
     except (OSError, TypeError, ValueError) as e:
         raise SystemExit(f"qaccel perf: {e}") from None
-    print(f"MatMulNBits steady state per pass (one row x {config.pe} columns), K {args.K}, "
+    print(f"MatMulNBits per pass (one row x {config.pe} columns, steady state) and per call "
+          f"({args.M} x {args.K} by {args.K} x {args.N}: fill, passes, drain), "
           f"accuracy_level {args.level}, {args.zero_points} zero points"
           f"{', bias' if args.bias else ''}; engine pe {config.pe} x simd {config.simd}, "
           f"weight bus {config.weight_bus_width} bits, {config.partial_sums} partial sums")
     print(f"{'bits':>4} {'block':>5} {'path':>5} {'cycles':>8} {'MAC/cycle':>9} "
-          f"{'util':>6} {'w bytes':>8}  bound")
-    for r in rows:
+          f"{'util':>6} {'w bytes':>8} {'call cyc':>9} {'call MAC/c':>10}  bound")
+    for c in calls:
+        r = c.per_pass
         print(f"{r.bits:>4} {r.block_size:>5} {r.path:>5} {float(r.cycles):>8.1f} "
-              f"{r.macs_per_cycle:>9.2f} {r.utilisation:>6.1%} {r.bytes['w']:>8}  {r.bound}")
+              f"{r.macs_per_cycle:>9.2f} {r.utilisation:>6.1%} {r.bytes['w']:>8} "
+              f"{c.cycles:>9} {c.macs_per_cycle:>10.2f}  {r.bound}")
     return 0
 
 
@@ -279,6 +285,19 @@ def _sweep(args) -> int:
     return 1 if result.failed else 0
 
 
+def _report(args) -> int:
+    from qaccel import plots
+
+    try:
+        rows = plots.load_rows(args.sweep)
+        written = plots.write_report(rows, args.output or f"{args.sweep}/plots")
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"qaccel report: {e}") from None
+    for name, what in written.items():
+        print(f"{what}" if not isinstance(what, str) else f"{name}: not drawn, {what}")
+    return 0 if any(not isinstance(w, str) for w in written.values()) else 1
+
+
 def _verilog(args) -> int:
     from qaccel.emit import write_verilog
     from qaccel.model.config import AccelConfig
@@ -344,12 +363,16 @@ def main(argv=None) -> int:
     p.set_defaults(func=_sim)
 
     p = sub.add_parser("perf", help="the MatMulNBits performance model: cycles, MAC/cycle, "
-                                    "utilisation and bound per bits / block_size setting")
+                                    "utilisation and bound per bits / block_size setting, "
+                                    "per pass and per M x K x N call")
     p.add_argument("--bits", type=_int_list, default=list(range(2, 9)),
                    help="weight bits, e.g. 2..8 (default) or 4,8")
     p.add_argument("--block-size", type=_int_list, default=[16, 32, 64, 128, 256],
                    help="block sizes, e.g. 16,32,64 (default 16..256 powers of two)")
     p.add_argument("--K", type=int, default=1024, help="inner dimension (default 1024)")
+    p.add_argument("--N", type=int, default=1024,
+                   help="output columns of the call (default 1024)")
+    p.add_argument("--M", type=int, default=1, help="rows of A in the call (default 1: a GEMV)")
     p.add_argument("--level", type=int, default=4, choices=range(5),
                    help="accuracy_level (default 4: the int8 path)")
     p.add_argument("--zero-points", choices=ZERO_POINTS, default="packed")
@@ -411,6 +434,11 @@ def main(argv=None) -> int:
                    help="local worker processes (default 1; unused with --scheduler)")
     p.add_argument("--scheduler", help="a Dask scheduler address: run the points there")
     p.set_defaults(func=_sweep)
+
+    p = sub.add_parser("report", help="PNG plots of a sweep's results (qaccel sweep -o)")
+    p.add_argument("sweep", help="a qaccel sweep output folder (its results.json)")
+    p.add_argument("-o", "--output", help="folder for the PNG files (default SWEEP/plots)")
+    p.set_defaults(func=_report)
 
     p = sub.add_parser("verilog", help="write the units' Verilog (AXI4-Stream ports) and a JSON "
                                        "description of ports, registers and configuration")

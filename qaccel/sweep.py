@@ -20,7 +20,10 @@ workers) or, given a scheduler address, on a Dask distributed cluster (``Client(
 
 Row fields: the point; ``K``, ``N`` (the layer); ``config`` (the configuration's slug);
 ``cycles`` (per pass; elementwise: the call), ``per_cycle`` (MACs or elements), ``bound``,
-``utilisation`` (see :func:`qaccel.hwreport.throughput`); with synthesis ``lut``, ``ff``,
+``utilisation`` (see :func:`qaccel.hwreport.throughput`); for a roofline (matmul_nbits)
+``peak_per_cycle`` (``pe * simd`` MACs), ``bus_bytes_per_cycle`` (the weight bus) and
+``macs_per_bus_byte`` (MACs per byte of weight codes: ``8 / bits`` less K's padding to whole
+blocks); with synthesis ``lut``, ``ff``,
 ``dsp``, ``bram``, ``undriven_dsp``, ``fmax_mhz``, ``critical_path`` (its first line),
 ``synth_seconds``, ``cached``, ``per_second`` (MAC/s or elements/s) and ``tokens_per_second``
 (matmul_nbits); ``seconds`` is the wall time of the point's task.
@@ -55,11 +58,12 @@ from qaccel.synth import TARGETS, synthesize
 __all__ = ["COLUMNS", "SweepResult", "point_key", "run_sweep", "summary"]
 
 #: Bump when a row's meaning changes, so that older rows are redone.
-SWEEP_VERSION = 1
+SWEEP_VERSION = 2
 _POINT = ("unit", "target", "pe", "simd", "lanes", "bits", "block_size")
 #: Columns of ``results.csv`` (and keys of every row).
 COLUMNS = ("key", *_POINT, "K", "N", "config", "status", "error", "cycles", "per_cycle",
-           "bound", "utilisation", "lut", "ff", "dsp", "bram", "undriven_dsp", "fmax_mhz",
+           "bound", "utilisation", "peak_per_cycle", "bus_bytes_per_cycle",
+           "macs_per_bus_byte", "lut", "ff", "dsp", "bram", "undriven_dsp", "fmax_mhz",
            "critical_path", "synth_seconds", "cached", "per_second", "tokens_per_second",
            "seconds")
 _SYNTH_FIELDS = ("lut", "ff", "dsp", "bram", "fmax_mhz")
@@ -105,6 +109,14 @@ def _changes(point: dict[str, Any], max_block: int, float_path: bool) -> dict[st
     return {"lanes": point["lanes"]}
 
 
+def _roofline(config: AccelConfig, K: int, bits: int, block_size: int) -> dict[str, float]:
+    """The roofline fields of a matmul_nbits row (see the module docstring)."""
+    p = perf.nbits_pass(config, K=K, bits=bits, block_size=block_size)
+    return {"peak_per_cycle": config.pe * config.simd,
+            "bus_bytes_per_cycle": config.weight_bus_width / 8,
+            "macs_per_bus_byte": p.macs / p.bytes["w"]}
+
+
 def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
@@ -137,6 +149,8 @@ def _run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
             t = rates(row, None)
             row.update(cycles=t.cycles, per_cycle=t.per_cycle, bound=t.bound,
                        utilisation=t.utilisation)
+            if unit == "matmul_nbits":
+                row.update(_roofline(config, K, row["bits"], row["block_size"]))
         except (TypeError, ValueError) as e:
             fail(row, e)
     if task["synth"] and any(row["status"] == "ok" for row in rows):
