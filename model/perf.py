@@ -5,7 +5,10 @@ A pass is one row of A against ``pe`` output columns (see
 :class:`qaccel.rtl.matmul_nbits.MatMulNBits`). With input streams that never stall, a pass
 takes the largest of
 
-* ``compute``: ``K_pad / simd`` beats, one per cycle (``K_pad``: K rounded up to whole blocks);
+* ``compute``: ``K_pad / simd`` beats, one per cycle (``K_pad``: K rounded up to whole blocks).
+  This is also the activation path's rate: ``a`` carries ``simd`` elements a beat and the
+  activation quantiser takes one beat a cycle, so it never binds on its own; its per-block
+  amax pass is a block of latency (:func:`nbits_latency`), paid once per call;
 * ``weight bus``: ``K_pad * bits`` bits per column over ``weight_bus_width / pe`` bits per
   cycle (the job's weights are one continuous bit stream per column, so this is an average);
 * ``scale stream``: one ``s`` beat per block, plus the bias beat;

@@ -205,12 +205,11 @@ def area_figure(rows, *, block_size: int | None = None) -> Figure:
                     label=f"{name} ({target})", gid=f"{target} {name}")
     labelled = set()
     for r in done:
-        key = (r["target"], r["config"])
-        if key in labelled or (r["unit"] == "matmul_nbits" and r["block_size"] != block_size):
-            continue
-        labelled.add(key)
         engine = (f"pe {r['pe']} x simd {r['simd']}" if r["unit"] == "matmul_nbits"
-                  else f"{r['lanes']} lanes")
+                  else f"{r['unit']}, {r['lanes']} lanes")
+        if (r["target"], engine) in labelled or r["block_size"] != block_size:
+            continue
+        labelled.add((r["target"], engine))
         ax_lut.annotate(f"{engine}\n{r['fmax_mhz']:.0f} MHz", (r["lut"], r["per_second"] / 1e9),
                         textcoords="offset points", xytext=(4, 4), fontsize="x-small")
     ax_lut.set(xlabel="LUT4", ylabel=unit)

@@ -91,6 +91,9 @@ def test_area_figure_draws_the_synthesised_rows(tmp_path, monkeypatch):
     assert list(line.get_xdata()) == [r["lut"] for r in want] == [20000, 40000, 40000, 80000]
     assert list(line.get_ydata()) == [r["per_second"] / 1e9 for r in want]
     assert list(_line(ax_dsp, "ecp5-25k int8").get_xdata()) == [14, 18, 18, 26]
+    assert sorted(t.get_text() for t in ax_lut.texts) == [     # each engine labelled once
+        "pe 1 x simd 4\n56 MHz", "pe 1 x simd 8\n52 MHz", "pe 2 x simd 4\n52 MHz",
+        "pe 2 x simd 8\n44 MHz"]
     with pytest.raises(ValueError, match="block_size must be one of the sweep's"):
         plots.area_figure(synth_rows, block_size=32)
     written = plots.write_report(synth_rows, tmp_path / "png")
