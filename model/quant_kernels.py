@@ -308,53 +308,126 @@ def _q_int_each(x, s, z, out, a, e, si, prm):
 # A long run of float32 elements with one float32 scale, quantised to 8-bit codes (per-tensor
 # QuantizeLinear, the common case) is memory bound: it reads 4 bytes and writes 1 per element.
 # Its output goes out in whole 64-byte lines with non-temporal stores, which skip reading each
-# output line into the cache before overwriting it (a fifth of the memory traffic).  The
-# arithmetic is _q_int's, lane for lane.
+# output line into the cache before overwriting it (a fifth of the memory traffic).  Blocked
+# runs (blocked QuantizeLinear along the last axis) do the same: a line holds four blocks of
+# 16, two of 32 or a part of a block of a multiple of 64, each lane with its block's scale and
+# zero point; other blocks of a multiple of 16 go out 16 codes per store (the write-combining
+# buffers join them into lines).  The arithmetic is _q_int's, lane for lane.
 LINE = 64
 _ULINE = np.uint64(LINE)
 #: Runs at least this long take the line path.
 NT_MIN_RUN = 4096
+#: Codes per store of blocks that do not tile lines; blocks of a multiple of it are vectorised.
+BLOCK_VECTOR = 16
+_UBLOCK_VECTOR = np.uint64(BLOCK_VECTOR)
 
 
-@intrinsic
-def _q8_line(typingctx, x, out, k, sv, top, bottom, zp):
-    """Quantise ``x[k:k + LINE]`` (float32) into ``out[k:k + LINE]`` (uint8, 64-byte aligned
-    there) with a non-temporal store: ``clip(q, bottom, top)`` (NaN gives bottom), rint,
-    ``+ zp``, the low 8 bits; ``q = x / sv``."""
-    ok = (isinstance(x, types.Array) and x.dtype == types.float32 and x.layout == "C"
-          and isinstance(out, types.Array) and out.dtype == types.uint8 and out.layout == "C"
-          and sv == top == bottom == types.float32 and isinstance(zp, types.Integer))
-    if not ok:
-        return None
+def _emit_q8(context, builder, x, out, index, sv, top, bottom, zp, width):
+    """Emit ``out[index:index + width] = clip(x / sv, bottom, top)`` rounded, ``+ zp``, low 8
+    bits (NaN gives bottom), with a non-temporal store; ``sv``, ``top``, ``bottom`` are float32
+    vectors and ``zp`` an int32 vector of ``width`` lanes."""
+    f32, i32, i8 = ir.FloatType(), ir.IntType(32), ir.IntType(8)
+    vf, vb = ir.VectorType(f32, width), ir.VectorType(i8, width)
+    xp = builder.bitcast(builder.gep(x.data, [index]), vf.as_pointer())
+    q = builder.fdiv(builder.load(xp, align=4), sv)
+    q = builder.select(builder.fcmp_ordered(">", q, top), top, q)
+    q = builder.select(builder.fcmp_ordered(">", q, bottom), q, bottom)
+    rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf]),
+                                          f"llvm.rint.v{width}f32")
+    code = builder.fptosi(builder.call(rint, [q]), ir.VectorType(i32, width))
+    code = builder.trunc(builder.add(code, zp), vb)
+    op = builder.bitcast(builder.gep(out.data, [index]), vb.as_pointer())
+    store = builder.store(code, op, align=width)
+    store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(i32, 1)]))
 
-    def codegen(context, builder, sig, args):
-        xa = context.make_array(sig.args[0])(context, builder, args[0])
-        oa = context.make_array(sig.args[1])(context, builder, args[1])
-        index = context.cast(builder, args[2], sig.args[2], types.intp)
-        f32, i32, i8 = ir.FloatType(), ir.IntType(32), ir.IntType(8)
-        vf, vi, vb = (ir.VectorType(t, LINE) for t in (f32, i32, i8))
 
-        def splat(value, ty):
-            vec = builder.insert_element(ir.Constant(ir.VectorType(ty, LINE), None), value,
-                                         ir.Constant(i32, 0))
-            return builder.shuffle_vector(vec, vec, ir.Constant(vi, [0] * LINE))
+def _splat(builder, value, width):
+    vec = builder.insert_element(ir.Constant(ir.VectorType(value.type, width), None), value,
+                                 ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(ir.IntType(32), width),
+                                                        [0] * width))
 
-        xp = builder.bitcast(builder.gep(xa.data, [index]), vf.as_pointer())
-        q = builder.fdiv(builder.load(xp, align=4), splat(args[3], f32))
-        top, bottom = splat(args[4], f32), splat(args[5], f32)
-        q = builder.select(builder.fcmp_ordered(">", q, top), top, q)
-        q = builder.select(builder.fcmp_ordered(">", q, bottom), q, bottom)
-        rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf]),
-                                              f"llvm.rint.v{LINE}f32")
-        code = builder.fptosi(builder.call(rint, [q]), vi)
-        zp = context.cast(builder, args[6], sig.args[6], types.int32)
-        code = builder.trunc(builder.add(code, splat(zp, i32)), vb)
-        op = builder.bitcast(builder.gep(oa.data, [index]), vb.as_pointer())
-        store = builder.store(code, op, align=LINE)
-        store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(i32, 1)]))
-        return context.get_dummy_value()
 
-    return types.none(x, out, k, sv, top, bottom, zp), codegen
+def _float32_array(a):
+    return isinstance(a, types.Array) and a.dtype == types.float32 and a.layout == "C"
+
+
+def _uint8_array(a):
+    return isinstance(a, types.Array) and a.dtype == types.uint8 and a.layout == "C"
+
+
+def _q8_store(width: int):
+    """Return an intrinsic ``(x, out, k, sv, top, bottom, zp)`` that quantises
+    ``x[k:k + width]`` (float32) into ``out[k:k + width]`` (uint8, ``width``-byte aligned there)
+    with one scale ``sv``, zero point ``zp`` and clip bounds ``top``, ``bottom``."""
+
+    @intrinsic
+    def q8_store(typingctx, x, out, k, sv, top, bottom, zp):
+        if not (_float32_array(x) and _uint8_array(out) and sv == top == bottom == types.float32
+                and isinstance(zp, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            xa = context.make_array(sig.args[0])(context, builder, args[0])
+            oa = context.make_array(sig.args[1])(context, builder, args[1])
+            index = context.cast(builder, args[2], sig.args[2], types.intp)
+            zp = context.cast(builder, args[6], sig.args[6], types.int32)
+            _emit_q8(context, builder, xa, oa, index, *(_splat(builder, v, width) for v in
+                     (args[3], args[4], args[5], zp)), width)
+            return context.get_dummy_value()
+
+        return types.none(x, out, k, sv, top, bottom, zp), codegen
+
+    return q8_store
+
+
+def _q8_blocks_line(block: int):
+    """Return an intrinsic ``(x, out, k, s, z, si, signed, lo, hi)`` that quantises the line
+    ``x[k:k + LINE]`` into ``out`` (64-byte aligned there), whose ``LINE / block`` blocks take
+    the scales ``s[si:]`` and the zero-point codes ``z[si:]`` (sign-extended when ``signed``):
+    ``clip(x / s, lo - z, hi - z)`` rounded, ``+ z``, low 8 bits."""
+    groups = LINE // block
+
+    @intrinsic
+    def q8_blocks_line(typingctx, x, out, k, s, z, si, signed, lo, hi):
+        if not (_float32_array(x) and _uint8_array(out) and _float32_array(s)
+                and _uint8_array(z) and lo == hi == types.float32
+                and isinstance(signed, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            xa, oa, sa, za = (context.make_array(t)(context, builder, v)
+                              for t, v in zip(sig.args[:5], args[:5], strict=False)
+                              if isinstance(t, types.Array))
+            index = context.cast(builder, args[2], sig.args[2], types.intp)
+            first = context.cast(builder, args[5], sig.args[5], types.intp)
+            i32 = ir.IntType(32)
+            vs, vz, vi = (ir.VectorType(t, groups) for t in (ir.FloatType(), ir.IntType(8), i32))
+            scales = builder.load(builder.bitcast(builder.gep(sa.data, [first]),
+                                                  vs.as_pointer()), align=4)
+            codes = builder.load(builder.bitcast(builder.gep(za.data, [first]),
+                                                 vz.as_pointer()), align=1)
+            is_signed = builder.icmp_signed(
+                "!=", context.cast(builder, args[6], sig.args[6], types.int32), ir.Constant(i32, 0))
+            codes = builder.select(is_signed, builder.sext(codes, vi), builder.zext(codes, vi))
+            lanes = ir.Constant(ir.VectorType(i32, LINE), [j // block for j in range(LINE)])
+            sv = builder.shuffle_vector(scales, scales, lanes)
+            zp = builder.shuffle_vector(codes, codes, lanes)
+            zpf = builder.sitofp(zp, ir.VectorType(ir.FloatType(), LINE))
+            top = builder.fsub(_splat(builder, args[8], LINE), zpf)
+            bottom = builder.fsub(_splat(builder, args[7], LINE), zpf)
+            _emit_q8(context, builder, xa, oa, index, sv, top, bottom, zp, LINE)
+            return context.get_dummy_value()
+
+        return types.none(x, out, k, s, z, si, signed, lo, hi), codegen
+
+    return q8_blocks_line
+
+
+_q8_line = _q8_store(LINE)
+_q8_vector = _q8_store(BLOCK_VECTOR)
+_q8_line_16 = _q8_blocks_line(16)
+_q8_line_32 = _q8_blocks_line(32)
 
 
 @intrinsic
@@ -373,9 +446,13 @@ def _q8_run(x, out, a, f, sv, ze, prm):
     done (only float32 into 8-bit codes, with no 16-bit rounding, is)."""
 
 
+def _q8_types(x, out, sv):
+    return x.dtype == types.float32 and out.dtype == types.uint8 and sv == types.float32
+
+
 @overload(_q8_run)
 def _q8_run_impl(x, out, a, f, sv, ze, prm):
-    if not (x.dtype == types.float32 and out.dtype == types.uint8 and sv == types.float32):
+    if not _q8_types(x, out, sv):
         return lambda x, out, a, f, sv, ze, prm: False
 
     def impl(x, out, a, f, sv, ze, prm):
@@ -399,8 +476,63 @@ def _q8_run_impl(x, out, a, f, sv, ze, prm):
     return impl
 
 
+def _q8_blocks(x, s, z, out, a, e, si, b, f, prm):
+    """Quantise the blocked run ``x[a:e]`` (see :func:`_q_int_blocks`) in lines and 16-code
+    stores; return whether it was done (float32 into 8-bit codes, no 16-bit rounding, blocks of
+    a multiple of 16 shorter than NT_MIN_RUN (longer ones take the line path) on 16-byte
+    boundaries of ``out``)."""
+
+
+@overload(_q8_blocks)
+def _q8_blocks_impl(x, s, z, out, a, e, si, b, f, prm):
+    if not _q8_types(x, out, s.dtype):
+        return lambda x, s, z, out, a, e, si, b, f, prm: False
+
+    def impl(x, s, z, out, a, e, si, b, f, prm):
+        xfmt, rnd, mask, sgn, lo, hi = prm
+        if (rnd != 0 or mask != 0xFF or b % _UBLOCK_VECTOR != 0 or b >= NT_MIN_RUN
+                or (out.ctypes.data + a) % _UBLOCK_VECTOR != 0
+                or (f - a) % _UBLOCK_VECTOR != 0):
+            return False
+        lines = b == 16 or b == 32 or b % _ULINE == 0       # blocks tile the lines
+        start = a
+        while a < e:
+            if (lines and a != start and (out.ctypes.data + a) % _ULINE == 0
+                    and e - a >= _ULINE):
+                # a block starts on a line: whole lines to the end of the run
+                n = (e - a) // _ULINE * _ULINE
+                for k in range(a, a + n, _ULINE):
+                    i = si + (k - a) // b
+                    if b == 16:
+                        _q8_line_16(x, out, k, s, z, i, sgn, lo, hi)
+                    elif b == 32:
+                        _q8_line_32(x, out, k, s, z, i, sgn, lo, hi)
+                    else:
+                        zp = _sext(z[i], mask, sgn)
+                        _q8_line(x, out, k, s[i], hi - np.float32(zp), lo - np.float32(zp), zp)
+                si, f = si + n // b, min(e, a + (n // b + _ONE) * b)
+                a += n
+                continue
+            sv, ze = s[si], z[si]
+            zp = _sext(ze, mask, sgn)
+            top = hi - np.float32(zp)
+            bottom = lo - np.float32(zp)
+            body = a + (f - a) // _UBLOCK_VECTOR * _UBLOCK_VECTOR  # short only at the end
+            for k in range(a, body, _UBLOCK_VECTOR):
+                _q8_vector(x, out, k, sv, top, bottom, zp)
+            for k in range(body, f):
+                out[k] = _q_int(x[k], sv, ze, prm)
+            si, a, f = si + _ONE, f, min(e, f + b)
+        _store_fence()
+        return True
+
+    return impl
+
+
 @numba.njit(**_JIT)
 def _q_int_blocks(x, s, z, out, a, e, si, b, f, prm):
+    if _q8_blocks(x, s, z, out, a, e, si, b, f, prm):
+        return
     while a < e:
         sv, ze = s[si], z[si]
         if not _q8_run(x, out, a, f, sv, ze, prm):
@@ -476,12 +608,78 @@ def _dq_each(x, s, z, out, a, e, si, prm):
         out[k] = _dq(x[k], s[i], z[i], prm, out)
 
 
+# A long run of 8-bit codes with one float32 scale dequantised to float32 (per-tensor
+# DequantizeLinear) writes four bytes per byte it reads: its output goes out in whole 64-byte
+# lines of 16 floats with non-temporal stores, as the quantiser's does.  The arithmetic is
+# _dq's, lane for lane: float32(x) - float32(z), times the scale.
+_DQ_LINE = LINE // 4
+
+
+@intrinsic
+def _dq8_line(typingctx, x, out, k, sv, zpf, signed):
+    """``out[k:k + 16] = (float32(x[k:k + 16]) - zpf) * sv`` (``x`` uint8 codes, sign-extended
+    when ``signed``; ``out`` float32, 64-byte aligned there), with a non-temporal store."""
+    if not (_uint8_array(x) and _float32_array(out) and sv == zpf == types.float32
+            and isinstance(signed, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xa = context.make_array(sig.args[0])(context, builder, args[0])
+        oa = context.make_array(sig.args[1])(context, builder, args[1])
+        index = context.cast(builder, args[2], sig.args[2], types.intp)
+        i32 = ir.IntType(32)
+        vb, vi, vf = (ir.VectorType(t, _DQ_LINE) for t in (ir.IntType(8), i32, ir.FloatType()))
+        codes = builder.load(builder.bitcast(builder.gep(xa.data, [index]), vb.as_pointer()),
+                             align=1)
+        is_signed = builder.icmp_signed(
+            "!=", context.cast(builder, args[5], sig.args[5], types.int32), ir.Constant(i32, 0))
+        codes = builder.select(is_signed, builder.sext(codes, vi), builder.zext(codes, vi))
+        y = builder.fsub(builder.sitofp(codes, vf), _splat(builder, args[4], _DQ_LINE))
+        y = builder.fmul(y, _splat(builder, args[3], _DQ_LINE))
+        store = builder.store(y, builder.bitcast(builder.gep(oa.data, [index]), vf.as_pointer()),
+                              align=LINE)
+        store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(i32, 1)]))
+        return context.get_dummy_value()
+
+    return types.none(x, out, k, sv, zpf, signed), codegen
+
+
+def _dq8_run(x, out, a, f, sv, ze, prm):
+    """Dequantise ``x[a:f]`` with scale ``sv`` and zero-point code ``ze``; return whether it
+    was done (only 8-bit codes into float32, no table, runs of NT_MIN_RUN or more are)."""
+
+
+@overload(_dq8_run)
+def _dq8_run_impl(x, out, a, f, sv, ze, prm):
+    if not (x.dtype == types.uint8 and out.dtype == types.float32 and sv == types.float32):
+        return lambda x, out, a, f, sv, ze, prm: False
+
+    def impl(x, out, a, f, sv, ze, prm):
+        lut, mask, sgn, ofmt = prm
+        if lut.size or mask != 0xFF or ofmt != 0 or f - a < NT_MIN_RUN:
+            return False
+        zpf = np.float32(_sext(ze, mask, sgn))
+        head = min(f, a + (-(out.ctypes.data + a * 4) % _ULINE) // 4)
+        body = head + (f - head) // _DQ_LINE * _DQ_LINE
+        for k in range(a, head):
+            out[k] = _dq(x[k], sv, ze, prm, out)
+        for k in range(head, body, _DQ_LINE):
+            _dq8_line(x, out, k, sv, zpf, sgn)
+        _store_fence()
+        for k in range(body, f):
+            out[k] = _dq(x[k], sv, ze, prm, out)
+        return True
+
+    return impl
+
+
 @numba.njit(**_JIT)
 def _dq_blocks(x, s, z, out, a, e, si, b, f, prm):
     while a < e:
         sv, ze = s[si], z[si]
-        for k in range(a, f):
-            out[k] = _dq(x[k], sv, ze, prm, out)
+        if not _dq8_run(x, out, a, f, sv, ze, prm):
+            for k in range(a, f):
+                out[k] = _dq(x[k], sv, ze, prm, out)
         si, a, f = si + _ONE, f, min(e, f + b)
 
 
@@ -689,7 +887,8 @@ def output_buffer(n: int, dtype) -> np.ndarray:
     A large array reuses the memory of an earlier one that nothing references any more (no
     array, view or buffer of it is alive), as ONNX Runtime's arena does: writing fresh pages
     costs a page fault each, which is as much time as the kernel itself.  The arrays behave as
-    ordinary arrays; their ``base`` is a uint8 buffer kept for recycling.
+    ordinary arrays; their ``base`` is a uint8 buffer kept for recycling, and their data starts
+    on a 64-byte line (the line paths of the kernels need no unaligned head).
     """
     dtype = np.dtype(dtype)
     nbytes = n * dtype.itemsize
@@ -698,9 +897,12 @@ def output_buffer(n: int, dtype) -> np.ndarray:
     with _buffers_lock:
         for i in range(len(_buffers)):
             # referenced only by the list and getrefcount's argument: no view of it is alive
-            if _buffers[i].nbytes == nbytes and sys.getrefcount(_buffers[i]) == 2:
+            if _buffers[i].nbytes == nbytes + LINE and sys.getrefcount(_buffers[i]) == 2:
                 _buffers.append(_buffers.pop(i))
-                return _buffers[-1].view(dtype)
-        _buffers.append(np.empty(nbytes, np.uint8))
-        del _buffers[:-RECYCLE_MAX_BUFFERS]
-        return _buffers[-1].view(dtype)
+                break
+        else:
+            _buffers.append(np.empty(nbytes + LINE, np.uint8))
+            del _buffers[:-RECYCLE_MAX_BUFFERS]
+        raw = _buffers[-1]
+        start = -raw.ctypes.data % LINE
+        return raw[start:start + nbytes].view(dtype)

@@ -108,6 +108,48 @@ def test_long_runs_to_8_bits_with_line_stores(offset, zero_point):
         assert_bitexact(quantize_linear(x, np.float32(0.5), zero_point), want)
 
 
+@pytest.mark.parametrize("offset", [0, 1, 5, 63])
+@pytest.mark.parametrize("zero_point", [np.int8(3), np.int8(-128), np.uint8(255), np.uint8(0)])
+def test_long_runs_of_8_bit_codes_dequantised_with_line_stores(offset, zero_point):
+    """Per-tensor int8/uint8 -> float32 runs of NT_MIN_RUN and more go out in 64-byte lines of
+    16 floats with non-temporal stores (scalar head and tail): bit-exact with the naive model
+    for any alignment of x and of the output, every code, and scales that round."""
+    rng = np.random.default_rng(offset)
+    info = np.iinfo(zero_point.dtype)
+    # small outputs start anywhere on 16 bytes; large ones (recycled) on a line
+    for n in (qk.NT_MIN_RUN - 1, qk.NT_MIN_RUN, 3 * qk.ITEM_ELEMENTS + 77,
+              qk.RECYCLE_MIN_BYTES // 4 + 77):
+        x = rng.integers(info.min, info.max + 1, n + offset, dtype=zero_point.dtype)[offset:]
+        for scale in (np.float32(0.1), np.float32(3.0e38), np.float32(1e-45)):
+            want = naive_quant.dequantize(x, scale, zero_point)
+            assert_bitexact(dequantize_linear(x, scale, zero_point), want)
+
+
+@pytest.mark.parametrize("block", [8, 16, 32, 48, 64, 192, qk.NT_MIN_RUN])
+@pytest.mark.parametrize("codes", [np.int8, np.uint8])
+def test_blocked_runs_to_8_bits_with_vector_stores(block, codes):
+    """Blocked float32 -> int8/uint8 along the last axis: blocks of 16 and 32 go out four or
+    two to a 64-byte line, multiples of 64 a line at a time, other multiples of 16 in 16-code
+    stores, the rest (and unaligned runs) element by element.  Bit-exact with the naive model
+    for rows that start on any 16-byte boundary or none, partial first blocks (work items that
+    split a row), partial last blocks, ties, saturation, inf and NaN; large outputs (recycled,
+    line aligned) and small ones."""
+    rng = np.random.default_rng(block)
+    for rows, cols, offset in ((3, 1000, 0), (5, 4096 + 48, 1), (2, 3 * qk.ITEM_ELEMENTS + 80, 0),
+                               (300, 4096, 3)):
+        x = (rng.standard_normal(rows * cols + offset) * 120).astype(np.float32)[offset:]
+        x = x.reshape(rows, cols)
+        flat = x.reshape(-1)
+        flat[::97], flat[5::101], flat[7::103] = np.nan, np.inf, -np.inf
+        flat[9::89] = np.float32(0.5) * rng.integers(-600, 600, flat[9::89].size)  # ties
+        n_blocks = -(-cols // block)
+        scale = rng.choice(np.float32([0.5, 0.25, 1.0, 3.0]), (rows, n_blocks))
+        zero_point = rng.integers(np.iinfo(codes).min, np.iinfo(codes).max + 1,
+                                  (rows, n_blocks), dtype=codes)
+        want = naive_quant.quantize(x, scale, zero_point, axis=1, block_size=block)
+        assert_bitexact(quantize_linear(x, scale, zero_point, axis=1, block_size=block), want)
+
+
 def test_run_items_claims_every_item_once():
     """Every work item is claimed and counted once, by whichever thread: the calling thread
     alone when the helpers start late, or all of them."""
@@ -136,6 +178,7 @@ def test_output_buffers_are_recycled_only_when_unreferenced():
     q = np.ones((1024, 1024), np.int8)
     first = dequantize_linear(q, np.float32(2))
     address = first.ctypes.data
+    assert address % qk.LINE == 0               # large outputs start on a 64-byte line
     del first
     second = dequantize_linear(q, np.float32(3))
     assert second.ctypes.data == address  # nothing referenced the first output any more
