@@ -396,9 +396,8 @@ def _q8_blocks_line(block: int):
             return None
 
         def codegen(context, builder, sig, args):
-            xa, oa, sa, za = (context.make_array(t)(context, builder, v)
-                              for t, v in zip(sig.args[:5], args[:5], strict=False)
-                              if isinstance(t, types.Array))
+            xa, oa, sa, za = (context.make_array(sig.args[i])(context, builder, args[i])
+                              for i in (0, 1, 3, 4))
             index = context.cast(builder, args[2], sig.args[2], types.intp)
             first = context.cast(builder, args[5], sig.args[5], types.intp)
             i32 = ir.IntType(32)
@@ -656,7 +655,8 @@ def _dq8_run_impl(x, out, a, f, sv, ze, prm):
 
     def impl(x, out, a, f, sv, ze, prm):
         lut, mask, sgn, ofmt = prm
-        if lut.size or mask != 0xFF or ofmt != 0 or f - a < NT_MIN_RUN:
+        if (lut.size or mask != 0xFF or ofmt != 0 or f - a < NT_MIN_RUN
+                or out.ctypes.data % 4 != 0):
             return False
         zpf = np.float32(_sext(ze, mask, sgn))
         head = min(f, a + (-(out.ctypes.data + a * 4) % _ULINE) // 4)

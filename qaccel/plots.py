@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 __all__ = ["BOUND_MARKERS", "area_figure", "load_rows", "roofline_figure",
@@ -126,7 +127,8 @@ def throughput_figure(rows) -> Figure:
 
 def _bound_key(fig: Figure, rows) -> None:
     bounds = [b for b in BOUND_MARKERS if any(r["bound"] == b for r in rows)]
-    handles = [fig.axes[0].plot([], [], BOUND_MARKERS[b], color="black")[0] for b in bounds]
+    handles = [Line2D([], [], marker=BOUND_MARKERS[b], linestyle="none", color="black")
+               for b in bounds]
     fig.legend(handles, [f"bound: {b}" for b in bounds], loc="outside lower center",
                ncols=len(bounds), fontsize="small", frameon=False)
 
