@@ -674,12 +674,24 @@ def _dq8_run_impl(x, out, a, f, sv, ze, prm):
 
 
 @numba.njit(**_JIT)
-def _dq_blocks(x, s, z, out, a, e, si, b, f, prm):
+def _dq_long_blocks(x, s, z, out, a, e, si, b, f, prm):
     while a < e:
         sv, ze = s[si], z[si]
         if not _dq8_run(x, out, a, f, sv, ze, prm):
             for k in range(a, f):
                 out[k] = _dq(x[k], sv, ze, prm, out)
+        si, a, f = si + _ONE, f, min(e, f + b)
+
+
+@numba.njit(**_JIT)
+def _dq_blocks(x, s, z, out, a, e, si, b, f, prm):
+    if b >= NT_MIN_RUN:       # kept apart: the line path in the loop slows short blocks 2x
+        _dq_long_blocks(x, s, z, out, a, e, si, b, f, prm)
+        return
+    while a < e:
+        sv, ze = s[si], z[si]
+        for k in range(a, f):
+            out[k] = _dq(x[k], sv, ze, prm, out)
         si, a, f = si + _ONE, f, min(e, f + b)
 
 
