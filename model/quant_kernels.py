@@ -348,6 +348,14 @@ def _splat(builder, value, width):
                                                         [0] * width))
 
 
+def _line_operands(context, builder, sig, args):
+    """The ``x`` and ``out`` arrays and the index ``k`` of a line intrinsic's first three
+    arguments ``(x, out, k, ...)``."""
+    x = context.make_array(sig.args[0])(context, builder, args[0])
+    out = context.make_array(sig.args[1])(context, builder, args[1])
+    return x, out, context.cast(builder, args[2], sig.args[2], types.intp)
+
+
 def _float32_array(a):
     return isinstance(a, types.Array) and a.dtype == types.float32 and a.layout == "C"
 
@@ -368,9 +376,7 @@ def _q8_store(width: int):
             return None
 
         def codegen(context, builder, sig, args):
-            xa = context.make_array(sig.args[0])(context, builder, args[0])
-            oa = context.make_array(sig.args[1])(context, builder, args[1])
-            index = context.cast(builder, args[2], sig.args[2], types.intp)
+            xa, oa, index = _line_operands(context, builder, sig, args)
             zp = context.cast(builder, args[6], sig.args[6], types.int32)
             _emit_q8(context, builder, xa, oa, index, *(_splat(builder, v, width) for v in
                      (args[3], args[4], args[5], zp)), width)
@@ -396,9 +402,8 @@ def _q8_blocks_line(block: int):
             return None
 
         def codegen(context, builder, sig, args):
-            xa, oa, sa, za = (context.make_array(sig.args[i])(context, builder, args[i])
-                              for i in (0, 1, 3, 4))
-            index = context.cast(builder, args[2], sig.args[2], types.intp)
+            xa, oa, index = _line_operands(context, builder, sig, args)
+            sa, za = (context.make_array(sig.args[i])(context, builder, args[i]) for i in (3, 4))
             first = context.cast(builder, args[5], sig.args[5], types.intp)
             i32 = ir.IntType(32)
             vs, vz, vi = (ir.VectorType(t, groups) for t in (ir.FloatType(), ir.IntType(8), i32))
@@ -623,9 +628,7 @@ def _dq8_line(typingctx, x, out, k, sv, zpf, signed):
         return None
 
     def codegen(context, builder, sig, args):
-        xa = context.make_array(sig.args[0])(context, builder, args[0])
-        oa = context.make_array(sig.args[1])(context, builder, args[1])
-        index = context.cast(builder, args[2], sig.args[2], types.intp)
+        xa, oa, index = _line_operands(context, builder, sig, args)
         i32 = ir.IntType(32)
         vb, vi, vf = (ir.VectorType(t, _DQ_LINE) for t in (ir.IntType(8), i32, ir.FloatType()))
         codes = builder.load(builder.bitcast(builder.gep(xa.data, [index]), vb.as_pointer()),
