@@ -356,6 +356,16 @@ def _line_operands(context, builder, sig, args):
     return x, out, context.cast(builder, args[2], sig.args[2], types.intp)
 
 
+def _widen_codes(context, builder, sig, args, i, codes):
+    """``codes`` (a vector of 8-bit codes) as int32 lanes, sign-extended when the intrinsic's
+    argument ``i`` (the ``sgn`` of the codes) is not zero, zero-extended otherwise."""
+    i32 = ir.IntType(32)
+    lanes = ir.VectorType(i32, codes.type.count)
+    is_signed = builder.icmp_signed(
+        "!=", context.cast(builder, args[i], sig.args[i], types.int32), ir.Constant(i32, 0))
+    return builder.select(is_signed, builder.sext(codes, lanes), builder.zext(codes, lanes))
+
+
 def _float32_array(a):
     return isinstance(a, types.Array) and a.dtype == types.float32 and a.layout == "C"
 
@@ -406,14 +416,12 @@ def _q8_blocks_line(block: int):
             sa, za = (context.make_array(sig.args[i])(context, builder, args[i]) for i in (3, 4))
             first = context.cast(builder, args[5], sig.args[5], types.intp)
             i32 = ir.IntType(32)
-            vs, vz, vi = (ir.VectorType(t, groups) for t in (ir.FloatType(), ir.IntType(8), i32))
+            vs, vz = ir.VectorType(ir.FloatType(), groups), ir.VectorType(ir.IntType(8), groups)
             scales = builder.load(builder.bitcast(builder.gep(sa.data, [first]),
                                                   vs.as_pointer()), align=4)
             codes = builder.load(builder.bitcast(builder.gep(za.data, [first]),
                                                  vz.as_pointer()), align=1)
-            is_signed = builder.icmp_signed(
-                "!=", context.cast(builder, args[6], sig.args[6], types.int32), ir.Constant(i32, 0))
-            codes = builder.select(is_signed, builder.sext(codes, vi), builder.zext(codes, vi))
+            codes = _widen_codes(context, builder, sig, args, 6, codes)
             lanes = ir.Constant(ir.VectorType(i32, LINE), [j // block for j in range(LINE)])
             sv = builder.shuffle_vector(scales, scales, lanes)
             zp = builder.shuffle_vector(codes, codes, lanes)
@@ -630,12 +638,10 @@ def _dq8_line(typingctx, x, out, k, sv, zpf, signed):
     def codegen(context, builder, sig, args):
         xa, oa, index = _line_operands(context, builder, sig, args)
         i32 = ir.IntType(32)
-        vb, vi, vf = (ir.VectorType(t, _DQ_LINE) for t in (ir.IntType(8), i32, ir.FloatType()))
+        vb, vf = ir.VectorType(ir.IntType(8), _DQ_LINE), ir.VectorType(ir.FloatType(), _DQ_LINE)
         codes = builder.load(builder.bitcast(builder.gep(xa.data, [index]), vb.as_pointer()),
                              align=1)
-        is_signed = builder.icmp_signed(
-            "!=", context.cast(builder, args[5], sig.args[5], types.int32), ir.Constant(i32, 0))
-        codes = builder.select(is_signed, builder.sext(codes, vi), builder.zext(codes, vi))
+        codes = _widen_codes(context, builder, sig, args, 5, codes)
         y = builder.fsub(builder.sitofp(codes, vf), _splat(builder, args[4], _DQ_LINE))
         y = builder.fmul(y, _splat(builder, args[3], _DQ_LINE))
         store = builder.store(y, builder.bitcast(builder.gep(oa.data, [index]), vf.as_pointer()),

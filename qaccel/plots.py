@@ -79,6 +79,14 @@ def _by_engine(rows) -> dict[str, list[dict[str, Any]]]:
             for k in order}
 
 
+def _by_block(group) -> dict[int, list[dict[str, Any]]]:
+    """An engine's rows by block size, in the order they come."""
+    blocks = defaultdict(list)
+    for r in group:
+        blocks[r["block_size"]].append(r)
+    return blocks
+
+
 def _panels(n: int, title: str) -> tuple[Figure, list]:
     cols = min(n, 3)
     rows = math.ceil(n / cols)
@@ -105,9 +113,7 @@ def throughput_figure(rows) -> Figure:
     fig, axes = _panels(len(engines), f"MatMulNBits steady state, K {first['K']} "
                                       "(int8 path, packed zero points)")
     for ax, (label, group) in zip(axes, engines.items(), strict=True):
-        by_block = defaultdict(list)
-        for r in group:
-            by_block[r["block_size"]].append(r)
+        by_block = _by_block(group)
         for i, (bs, line) in enumerate(by_block.items()):
             dodge = (i - (len(by_block) - 1) / 2) * 0.06   # coinciding lines stay visible
             xs = [r["bits"] + dodge for r in line]
@@ -150,9 +156,7 @@ def roofline_figure(rows) -> Figure:
         ax.set_yscale("log", base=2)
         ax.annotate(f"ridge {ridge:.3g} MAC/B", (ridge, peak), textcoords="offset points",
                     xytext=(4, -12), fontsize="small")
-        by_block = defaultdict(list)
-        for r in group:
-            by_block[r["block_size"]].append(r)
+        by_block = _by_block(group)
         for i, (bs, pts) in enumerate(by_block.items()):
             # shrinking markers: points of block sizes that coincide show as rings
             ax.plot([r["macs_per_bus_byte"] for r in pts], [r["per_cycle"] for r in pts],
