@@ -116,7 +116,8 @@ class AccelConfig:
         Quotient bits per pipeline stage of the divider: 1, 2 or 4 (latency against logic
         depth).
     pe : int
-        MatMulNBits engine: output columns computed in parallel (1..64).
+        MatMulNBits engine: output columns computed in parallel (1..128; the v1 engine takes
+        up to 64, the v2 engine an even number).
     simd : int
         MatMulNBits engine: K elements per cycle per column, one of :data:`SIMD`; a run-time
         block_size must be at least ``simd``.
@@ -140,6 +141,16 @@ class AccelConfig:
         MatMulNBits engine: carry the float32 path (accuracy levels 0..3, float zero points)
         beside the int8 path (accuracy level 4). Without it the engine is much smaller and
         takes int8-path jobs only.
+    m_tile : int
+        MatMulNBits engine v2 (docs/matmul_nbits_v2.md): rows of A that share each weight
+        fetch (1..16); the on-chip activation buffer holds this many rows.
+    max_k : int
+        MatMulNBits engine v2: the longest row (K) the activation buffer holds, a power of
+        two from ``max_block_size`` to 65536.
+    dsp_pairs : int or None
+        MatMulNBits engine v2: how many of the ``pe * simd / 2`` two-MAC multiplier slots are
+        built for DSP blocks (MULT18X18D); the rest are LUT shift-and-add multipliers.
+        None: all of them.
     """
 
     lanes: int = 1
@@ -161,6 +172,9 @@ class AccelConfig:
     partial_sums: int = 8
     max_block_size: int = 256
     float_path: bool = True
+    m_tile: int = 1
+    max_k: int = 4096
+    dsp_pairs: int | None = None
     _slug: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -187,7 +201,7 @@ class AccelConfig:
                 self.divider_bits_per_stage, bool):
             raise ValueError(f"divider_bits_per_stage must be 1, 2 or 4, not "
                              f"{self.divider_bits_per_stage!r}")
-        check_int("pe", self.pe, 1, 64)
+        check_int("pe", self.pe, 1, 128)
         if isinstance(self.simd, bool) or self.simd not in SIMD:
             raise ValueError(f"simd must be one of {SIMD}, not {self.simd!r}")
         bus = check_int("weight_bus_width", self.weight_bus_width, 8 * self.pe, 2048)
@@ -209,6 +223,13 @@ class AccelConfig:
             raise ValueError(f"max_block_size must be a power of two from 16 to 1024, not {mb}")
         if not isinstance(self.float_path, bool):
             raise TypeError(f"float_path must be a bool, not {self.float_path!r}")
+        check_int("m_tile", self.m_tile, 1, 16)
+        mk = check_int("max_k", self.max_k, mb, 1 << 16)
+        if mk & (mk - 1):
+            raise ValueError(f"max_k must be a power of two from max_block_size ({mb}) to "
+                             f"65536, not {mk}")
+        if self.dsp_pairs is not None:
+            check_int("dsp_pairs", self.dsp_pairs, 0, self.pe * self.simd // 2)
         for x in self.q_inputs:
             for s in self.scales:
                 need = self.division_type(x, s)
@@ -225,6 +246,13 @@ class AccelConfig:
         if "int32" in (x, scale):
             return "float64"
         return x if x == scale else "float32"
+
+    @property
+    def scale_lanes(self) -> int:
+        """MatMulNBits engine v2: float lanes, the smallest divisor of ``pe`` that is at least
+        ``pe * simd / 16`` (blocks of 16 give that many block terms per cycle)."""
+        need = -(-self.pe * self.simd // 16)
+        return next(f for f in range(need, self.pe + 1) if self.pe % f == 0)
 
     # -- serialisation ------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import nbits_kernels as _k
-from .config import AccelConfig, int8_path
+from .config import ZERO_POINTS, AccelConfig, int8_path
 from .nbits import (
     _A_DTYPES,
     _check_A,
@@ -61,7 +61,8 @@ from .nbits import (
 )
 from .validate import as_array, check_int, check_shape
 
-__all__ = ["gidx_operands", "int8_path", "matmul_nbits_hw"]
+__all__ = ["accumulate_terms", "gidx_operands", "int8_block_terms", "int8_path", "matmul_nbits_hw",
+           "matmul_nbits_v2"]
 
 _F32 = np.float32
 
@@ -90,8 +91,9 @@ def _float_path(a: np.ndarray, w: np.ndarray, simd: int, lat: int) -> np.ndarray
     return lanes[..., 0]
 
 
-def _int8_path(a: np.ndarray, op: _Op, lat: int) -> np.ndarray:
-    """a (M, K) float32 -> (M, N) float32 in the int8 path's order."""
+def _int8_operands(a: np.ndarray, op: _Op):
+    """The int8 path's integers: ``qa`` (M, kb, bs) and codes ``q`` (N, kb, bs) as int64 (codes
+    past K are 0), ``sa`` (M, kb) float32 and the integer zero points ``zp`` (N, kb) int64."""
     M, K = a.shape
     bs, kb, N = op.block_size, op.kb, op.N
     padded = np.zeros((M, kb * bs), _F32)
@@ -101,9 +103,17 @@ def _int8_path(a: np.ndarray, op: _Op, lat: int) -> np.ndarray:
     q = unpack_nbits(op.Bw.view(np.uint8), op.bits, bs).reshape(N, kb, bs).astype(np.int64)
     q[:, :, :] = np.where(np.arange(kb * bs).reshape(kb, bs) < K, q, 0)
     if op.zmode == _k.ZP_PACKED:
-        zp = unpack_zero_points(op.zpk, op.bits, kb).astype(_F32)      # (N, kb)
+        zp = unpack_zero_points(op.zpk, op.bits, kb).astype(np.int64)      # (N, kb)
     else:
-        zp = np.full((N, kb), 1 << (op.bits - 1), _F32)
+        zp = np.full((N, kb), 1 << (op.bits - 1), np.int64)
+    return qa, q, sa, zp
+
+
+def _int8_path(a: np.ndarray, op: _Op, lat: int) -> np.ndarray:
+    """a (M, K) float32 -> (M, N) float32 in the int8 path's order."""
+    qa, q, sa, zp = _int8_operands(a, op)
+    M, N, kb = a.shape[0], op.N, op.kb
+    zp = zp.astype(_F32)
     sb = op.scales                                                      # (N, kb) float32
     acc = np.zeros((M, N, lat), _F32)
     with np.errstate(all="ignore"):
@@ -115,6 +125,53 @@ def _int8_path(a: np.ndarray, op: _Op, lat: int) -> np.ndarray:
             t2 = (sa[:, b] * asum.astype(_F32))[:, None] * (-sb[:, b] * zp[:, b])[None, :]
             acc[:, :, b % lat] += t1 + t2
         return _fold(acc)
+
+
+def int8_block_terms(a: np.ndarray, op: _Op) -> np.ndarray:
+    """The v2 engine's int8-path block terms (docs/matmul_nbits_v2.md, section 1) of
+    validated operands: ``a`` (M, K) float32 -> ``t`` (M, N, k_blocks) float32 with
+    ``t = f32(f32(sa * sb) * f32(isum - zp * asum))``, the integers exact."""
+    qa, q, sa, zp = _int8_operands(a, op)
+    d = np.einsum("mbk,nbk->mnb", qa, q) - zp[None] * qa.sum(axis=2)[:, None, :]
+    with np.errstate(all="ignore"):
+        return (sa[:, None, :] * op.scales[None]) * d.astype(_F32)
+
+
+def accumulate_terms(t: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """The v2 lane's order: ``acc = bias`` (``+0`` without one), then ``acc = f32(acc + t_b)``
+    for ``b = 0, 1, ...``; ``t`` (M, N, k_blocks) float32, ``bias`` (N,) float32."""
+    acc = np.zeros(t.shape[:2], _F32) if bias is None else np.tile(bias.astype(_F32),
+                                                                    (t.shape[0], 1))
+    with np.errstate(all="ignore"):
+        for b in range(t.shape[2]):
+            acc = acc + t[:, :, b]
+    return acc
+
+
+def matmul_nbits_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits,
+                    block_size, accuracy_level=4):
+    """MatMulNBits as the v2 engine computes it (docs/matmul_nbits_v2.md, section 1), bit for
+    bit: integer block sums with the zero point applied in the integer domain, one float32
+    term per (row, column, block), accumulated after the bias in block order.
+
+    Arguments as :func:`qaccel.model.nbits.matmul_nbits`. Only the int8 path exists so far
+    (accuracy_level 4, integer or absent zero points, no g_idx): other calls raise
+    ValueError naming the argument. This function becomes :func:`matmul_nbits_hw` when the
+    v2 engine replaces v1.
+    """
+    level = check_int("accuracy_level", accuracy_level, 0, 4)
+    a = _check_A(A, check_int("K", K, 1))
+    op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
+             dtype=a.dtype)
+    if not int8_path(level, float_zero_points=op.zmode == _k.ZP_FLOAT,
+                     g_idx=op.gidx is not None):
+        raise ValueError(f"the v2 engine's float path is not built yet: accuracy_level "
+                         f"{level}, zero points {ZERO_POINTS[op.zmode]}, g_idx "
+                         f"{op.gidx is not None} need accuracy_level 4, integer or no zero "
+                         f"points and no g_idx")
+    b = _check_bias(bias, a.dtype, op.N)
+    y = accumulate_terms(int8_block_terms(a.reshape(-1, op.K).astype(_F32), op), b)
+    return y.astype(a.dtype).reshape(*a.shape[:-1], op.N)
 
 
 def gidx_operands(a: np.ndarray, op: _Op):
@@ -179,11 +236,19 @@ def matmul_nbits_hw(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K,
                              block_size=op.block_size)
         y = _float_path(a32, np.ascontiguousarray(w, _F32), config.simd,
                         config.partial_sums)
-    if bias is not None:
-        b = as_array("bias", bias)
-        if b.dtype != a.dtype:
-            raise TypeError(f"bias must be {_A_DTYPES[a.dtype]} like A, not {b.dtype}")
-        check_shape("bias", b, (op.N,), "N")
+    b = _check_bias(bias, a.dtype, op.N)
+    if b is not None:
         with np.errstate(all="ignore"):
             y = y + b.astype(_F32)
     return y.astype(a.dtype).reshape(out_shape)
+
+
+def _check_bias(bias, dtype: np.dtype, N: int) -> np.ndarray | None:
+    """The bias as an (N,) array of A's type, or None; TypeError / ValueError naming it."""
+    if bias is None:
+        return None
+    b = as_array("bias", bias)
+    if b.dtype != dtype:
+        raise TypeError(f"bias must be {_A_DTYPES[dtype]} like A, not {b.dtype}")
+    check_shape("bias", b, (N,), "N")
+    return b

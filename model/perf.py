@@ -29,13 +29,15 @@ loads, one beat per cycle, and the unit's start and pipeline latencies.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
 
 from .config import ZERO_POINTS, AccelConfig, int8_path
 from .validate import check_int, check_int_choice, check_power_of_two
 
-__all__ = ["BOUNDS", "ElementwiseCall", "NBitsCall", "NBitsPass", "elementwise_call",
+__all__ = ["BOUNDS", "V2_BOUNDS", "ElementwiseCall", "NBitsCall", "NBitsPass", "NBitsV2Call",
+           "elementwise_call", "nbits_v2_call",
            "nbits_call", "nbits_latency", "nbits_pass"]
 
 #: What limits a pass, in the order ties are named.
@@ -338,3 +340,188 @@ def elementwise_call(config: AccelConfig, op: str, jobs) -> ElementwiseCall:
                            elements=sum(e for e, _ in jobs), beats=beats, load_cycles=load,
                            latency=unit.latency, start_latency=unit.start_latency,
                            cycles=load + beats + fixed)
+
+
+# -- the v2 engine (qaccel.rtl.matmul_nbits_v2, docs/matmul_nbits_v2.md) -----------------------
+
+#: What bounds a v2 block, in the order ties are named.
+V2_BOUNDS = ("compute", "lanes", "accumulator")
+
+
+@dataclass(frozen=True)
+class NBitsV2Call:
+    """A MatMulNBits call (M x K by K x N, accuracy_level 4) on the v2 engine.
+
+    ``cycles`` runs from ``start`` to ``busy`` low with streams that never stall. Per row
+    tile: ``load`` cycles quantising its rows (one element slot per cycle), then every column
+    group over them, then the drain of the tile's last group. ``block_cycles`` is the steady
+    state of one K-block of a full tile (``block_rows``: ``m_tile``, or M when smaller) and
+    one column group, and ``bound``
+    what sets it: the MAC steps (``compute``), the float lanes' term rate (``lanes``) or the
+    accumulator read-add-write of the lanes (``accumulator``). ``weight_bytes`` and
+    ``bytes`` are what crosses the interface per call (weights are re-sent per row tile;
+    ``a`` once per row).
+    """
+
+    config: AccelConfig
+    M: int
+    N: int
+    K: int
+    bits: int
+    block_size: int
+    cycles: int
+    load_cycles: int
+    tiles: int
+    block_cycles: int
+    block_rows: int
+    bound: str
+    bytes: dict[str, int]
+
+    @property
+    def macs(self) -> int:
+        return self.M * self.N * self.K
+
+    @property
+    def macs_per_cycle(self) -> float:
+        return self.macs / self.cycles
+
+    @property
+    def peak_per_cycle(self) -> int:
+        """MACs per cycle of the array at this width: ``pe * simd``, half at 5..8 bits."""
+        return self.config.pe * self.config.simd // (2 if self.bits > 4 else 1)
+
+    @property
+    def steady_utilisation(self) -> float:
+        """Fraction of the peak in the steady state (a full tile, a whole block)."""
+        steps = self.block_size // self.config.simd * self.block_rows
+        return steps / self.block_cycles
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.bytes["w"] + self.bytes["s"]
+
+    def seconds(self, fmax_mhz: float, memory_gbps: float | None = None) -> float:
+        """Time of the call at ``fmax_mhz``, and, with an external memory of ``memory_gbps``
+        GB/s feeding every stream, the larger of that and the memory time (the memory-bound
+        figure a board with that memory reaches)."""
+        if isinstance(fmax_mhz, bool) or not isinstance(fmax_mhz, (int, float)) \
+                or not fmax_mhz > 0:
+            raise ValueError(f"fmax_mhz must be a positive number, not {fmax_mhz!r}")
+        t = self.cycles / (fmax_mhz * 1e6)
+        if memory_gbps is None:
+            return t
+        if isinstance(memory_gbps, bool) or not isinstance(memory_gbps, (int, float)) \
+                or not memory_gbps > 0:
+            raise ValueError(f"memory_gbps must be a positive number, not {memory_gbps!r}")
+        return max(t, sum(self.bytes.values()) / (memory_gbps * 1e9))
+
+
+def _lane_schedule(first: int, groups: int, kb: int, R: int, bpb: int, J: int,
+                   rec: int) -> int:
+    """The cycle of a tile's last lane term when the lanes or their accumulators bound.
+
+    MAC result ``k`` (block ``n = k // R``, row ``r = k % R``) could reach the lanes at
+    ``first + (n * bpb + bpb - 1) * R + r`` (``first``: the first step's issue plus the
+    hand-off and the MAC latency); it waits for the previous result's ``J`` terms, and,
+    unless ``n`` starts a group, ``rec`` cycles after the same row's previous block
+    (ScaleLane's scoreboard). Assumes the MAC array's output FIFO never fills (the lanes'
+    backlog stays below its depth), so the steps themselves never stall."""
+    start = []
+    prev = None
+    for n in range(groups * kb):
+        for r in range(R):
+            t = first + (n * bpb + bpb - 1) * R + r
+            if prev is not None:
+                t = max(t, prev + J)
+            if n % kb:
+                t = max(t, start[(n - 1) * R + r] + rec)
+            start.append(t)
+            prev = t
+    return prev + J - 1
+
+
+@functools.lru_cache(maxsize=64)
+def _v2_engine(config: AccelConfig):
+    """(timing, lanes, row quantiser) of the v2 engine of ``config`` (built, not elaborated)."""
+    from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2
+
+    engine = MatMulNBitsV2(config)
+    return engine.timing, engine.lanes, engine.row_quantizer
+
+
+def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
+                  block_size: int, bias: bool = False) -> NBitsV2Call:
+    """Return the cycles of a MatMulNBits call (accuracy_level 4, integer or no zero points)
+    on the v2 engine of ``config``, composed from the engine's
+    :attr:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2.timing` (its own pipeline and its
+    units' latencies) and the row quantiser's :meth:`job_cycles`.
+
+    With ``R`` the tile's rows, ``G`` the column groups (``pe`` columns, ``pe / 2`` at 5..8
+    bits: ``cols``), ``S = ceil(K / block_size) * block_size / simd`` weight steps per row,
+    ``J = pe / F`` terms per lane per MAC result and ``bpb = block_size / simd``: a tile
+    loads (``start`` or the previous tile's switch, then the quantiser's job), issues its
+    first step ``issue`` cycles later and then one step a cycle, ``G * S * R`` in all, when
+    the MACs bound (``bpb >= J`` and ``R * bpb >= recurrence``). Otherwise the lanes bound:
+    they take a block's ``R * J`` terms back to back, a block no sooner than ``recurrence``
+    after the previous one of the same group. The tile's last lane term follows the later of
+    the two; its result reaches the bank ``lane + bank`` cycles later, the ``R * cols``
+    words of the last group leave one a cycle, and then the next tile starts
+    (``next_tile``) or the last ``y`` beat follows (``out``) and ``busy`` falls (``done``).
+    Exact against the RTL (tests/rtl/test_matmul_nbits_v2.py::test_call_cycles) whenever a
+    group's steps outlast the read-out of the previous group (``S * R >= R * cols``, i.e.
+    ``K / simd >= cols``); shorter rows also wait for the read-out.
+    """
+    if not isinstance(config, AccelConfig):
+        raise TypeError(f"config must be an AccelConfig, not {config!r}")
+    check_int("M", M, 1)
+    check_int("N", N, 1)
+    check_int("K", K, 1, config.max_k)
+    check_int_choice("bits", bits, config.nbits)
+    check_power_of_two("block_size", block_size, 16)
+    check_int("block_size", block_size, None, config.max_block_size)
+    tm, lanes, rq = _v2_engine(config)
+    pe, simd, T = config.pe, config.simd, config.m_tile
+    J = pe // lanes
+    cols = pe // 2 if bits > 4 else pe
+    groups = -(-N // cols)
+    kb = -(-K // block_size)
+    steps = kb * block_size // simd
+    bpb = block_size // simd
+    rec = tm["recurrence"]
+
+    def block(rows: int) -> tuple[int, str]:
+        lim = {"compute": rows * bpb, "lanes": rows * J, "accumulator": rec}
+        bound = max(V2_BOUNDS, key=lambda b: (lim[b], -V2_BOUNDS.index(b)))
+        return lim[bound], bound
+
+    t = tm["start"]                      # the tile's quantiser start
+    load_total = 0
+    tiles = [min(T, M - r0) for r0 in range(0, M, T)]
+    for i, R in enumerate(tiles):
+        load = rq.job_cycles(K, R, block_size)
+        load_total += load
+        first_issue = t + load + tm["issue"]
+        if R * J <= R * bpb and rec <= R * bpb:
+            # the MAC steps bound: each block's R results leave the lanes before the next
+            last_issue = first_issue + groups * steps * R - 1
+            last_term = last_issue + tm["to_lane"] + tm["mac"] + R * (J - 1)
+        else:
+            last_term = _lane_schedule(first_issue + tm["to_lane"] + tm["mac"], groups, kb,
+                                       R, bpb, J, rec)
+        last_take = last_term + tm["lane"] + tm["bank"] + R * cols - 1
+        if i + 1 < len(tiles):
+            t = last_take + tm["next_tile"]
+        else:
+            cycles = last_take + tm["out"] + tm["done"]
+    rows = min(T, M)
+    per_block, bound = block(rows)
+    F = lanes
+    w_words = -(-steps // 2) if bits == 2 else steps
+    nbytes = {"a": 4 * M * K,
+              "w": len(tiles) * groups * w_words * 4 * pe * simd // 8,
+              "s": len(tiles) * groups * kb * J * 5 * F,
+              "b": len(tiles) * groups * J * 4 * F if bias else 0,
+              "y": 4 * M * groups * cols}
+    return NBitsV2Call(config=config, M=M, N=N, K=K, bits=bits, block_size=block_size,
+                       cycles=cycles + 1, load_cycles=load_total, tiles=len(tiles),
+                       block_cycles=per_block, block_rows=rows, bound=bound, bytes=nbytes)

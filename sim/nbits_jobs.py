@@ -19,12 +19,13 @@ import numpy as np
 from qaccel.model import nbits_kernels as _k
 from qaccel.model.config import AccelConfig
 from qaccel.model.dtypes import dtype_name
-from qaccel.model.nbits import _check_A, _Op, unpack_zero_points
+from qaccel.model.nbits import _check_A, _Op, unpack_nbits, unpack_zero_points
 from qaccel.model.nbits_hw import gidx_operands, int8_path, matmul_nbits_hw
 from qaccel.model.validate import check_int
 from qaccel.rtl.matmul_nbits import OUT_FORMATS, ZP_DEFAULT, ZP_FLOAT, ZP_PACKED
 
-__all__ = ["NBitsJob", "is_nan_code", "nbits_job", "same_y", "unpack_y", "y_words"]
+__all__ = ["NBitsJob", "NBitsJobV2", "is_nan_code", "nbits_job", "nbits_job_v2", "same_y",
+           "unpack_y", "unpack_y_v2", "y_words"]
 
 #: (exponent mask, mantissa mask) of the ``y`` codes of each ``out_fmt``.
 _NAN_MASKS = ((0x7F800000, 0x007FFFFF), (0x7C00, 0x03FF), (0x7F80, 0x007F))
@@ -214,6 +215,130 @@ def unpack_y(job: NBitsJob, beats, pe: int) -> np.ndarray:
     groups = -(-job.N // pe)
     y = words.reshape(groups, job.M, pe).transpose(1, 0, 2).reshape(job.M, groups * pe)
     y = np.ascontiguousarray(y[:, : job.N])
+    if job.out_dtype.itemsize == 2:
+        y = y.astype(np.uint16)
+    return y.view(job.out_dtype).reshape(job.out_shape)
+
+
+# -- the v2 engine (qaccel.rtl.matmul_nbits_v2, docs/matmul_nbits_v2.md) ----------------------
+
+
+@dataclass
+class NBitsJobV2:
+    """One v2 engine job: ``regs``, ``inputs`` (beats per input stream), ``y`` (the expected
+    ``y`` words in the engine's order, uint32 codes), ``real`` (which of them are columns of
+    Y rather than a partial group's padding) and the operator's output shape."""
+
+    regs: dict[str, int]
+    inputs: dict[str, np.ndarray]
+    y: np.ndarray
+    real: np.ndarray
+    order: np.ndarray                   # (len(y), 2): the (row, column) of each y word
+    out_shape: tuple[int, ...]
+    out_dtype: np.dtype
+    meta: dict = field(default_factory=dict)
+
+
+def _fields(values: np.ndarray, width: int) -> np.ndarray:
+    """(n, fields) unsigned values of ``width`` bits -> StreamSim payloads, field ``i`` at
+    bit ``i * width`` of its beat."""
+    v = np.ascontiguousarray(values, np.uint64)
+    b = ((v[..., None] >> np.arange(width, dtype=np.uint64)) & np.uint64(1)).astype(np.uint8)
+    return _words(np.packbits(b.reshape(len(v), -1), axis=-1, bitorder="little"))
+
+
+def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits,
+                 block_size, accuracy_level=4, config: AccelConfig | None = None) -> NBitsJobV2:
+    """Return the v2 engine job computing ``matmul_nbits(...)`` (arguments as
+    :func:`qaccel.model.nbits.matmul_nbits`) with its expected ``y`` words: B repacked into
+    the engine's weight steps, scales and zero-point codes per lane on ``s``, biases on
+    ``b`` (the host-side layout of docs/matmul_nbits_v2.md)."""
+    from qaccel.model.nbits_hw import matmul_nbits_v2
+
+    config = AccelConfig() if config is None else config
+    y_ref = matmul_nbits_v2(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
+                            block_size=block_size, accuracy_level=accuracy_level)
+    a = _check_A(A, K)
+    op = _Op(B, scales, zero_points, None, K=K, N=N, bits=bits, block_size=block_size,
+             dtype=a.dtype)
+    bs, kb, pe, simd, T = op.block_size, op.kb, config.pe, config.simd, config.m_tile
+    if not 16 <= bs <= config.max_block_size:
+        raise ValueError(f"block_size must be in [16, {config.max_block_size}] for this "
+                         f"engine, not {bs}")
+    if K > config.max_k:
+        raise ValueError(f"K must be at most config.max_k ({config.max_k}), not {K}")
+    F = config.scale_lanes
+    J = pe // F
+    wide = op.bits > 4
+    cols = pe // 2 if wide else pe
+    a32 = a.reshape(-1, K).astype(np.float32)
+    M = a32.shape[0]
+    groups = -(-N // cols)
+    Np, Kp = groups * cols, kb * bs
+    steps = Kp // simd
+    tiles = [(r0, min(T, M - r0)) for r0 in range(0, M, T)]
+
+    q = np.zeros((Np, Kp), np.uint8)
+    q[:N, :K] = unpack_nbits(op.Bw.view(np.uint8), op.bits, bs).reshape(N, Kp)[:, :K]
+    qg = q.reshape(groups, cols, steps, simd).transpose(0, 2, 1, 3)      # g, step, col, j
+    if wide:                      # column c's low nibble in w[2c], its high nibble in w[2c+1]
+        nib = np.stack([qg & 15, qg >> 4], axis=3)                        # g, step, c, 2, j
+        w_steps = nib.reshape(groups, steps, pe * simd)
+    else:
+        w_steps = qg.reshape(groups, steps, pe * simd)
+    if op.bits == 2:              # two steps per word, the first in the low half
+        if steps % 2:
+            w_steps = np.concatenate([w_steps, np.zeros_like(w_steps[:, :1])], axis=1)
+        w_group = _bitstream(w_steps.reshape(groups, -1, 2 * pe * simd), 2)
+    else:
+        w_group = _bitstream(w_steps, 4)
+    w_group = w_group.reshape(-1, w_group.shape[-1])                     # words of all groups
+    w_beats = _words(np.tile(w_group, (len(tiles), 1)))
+
+    sc = np.zeros((Np, kb), np.float32)
+    sc[:N] = op.scales
+    zp = np.full((Np, kb), 1 << (op.bits - 1), np.uint64)
+    if op.zmode == _k.ZP_PACKED:
+        zp[:N] = unpack_zero_points(op.zpk, op.bits, kb)
+    lanes = np.zeros((groups, kb, J, F), np.uint64)      # beat j, lane f: column f + F * j
+    col = np.arange(J)[:, None] * F + np.arange(F)[None, :]
+    real_col = col < cols
+    for g in range(groups):
+        c = g * cols + np.minimum(col, cols - 1)
+        entry = sc[c].view(np.uint32).astype(np.uint64) | (zp[c] << np.uint64(32))  # J, F, kb
+        lanes[g] = np.where(real_col[..., None], entry, 0).transpose(2, 0, 1)
+    s_beats = _fields(np.tile(lanes.reshape(-1, F), (len(tiles), 1)), 40)
+    inputs = {"a": a32.view(np.uint32).reshape(-1).astype(np.uint64),
+              "w": w_beats, "s": s_beats}
+    if bias is not None:
+        bv = np.zeros(Np, np.float32)
+        bv[:N] = np.asarray(bias).astype(np.float32)
+        bl = np.zeros((groups, J, F), np.uint32)
+        for g in range(groups):
+            bl[g] = np.where(real_col, bv[g * cols + np.minimum(col, cols - 1)], 0).view(
+                np.uint32)
+        inputs["b"] = _fields(np.tile(bl.reshape(-1, F), (len(tiles), 1)), 32)
+
+    y2 = np.zeros((M, Np), np.uint32)
+    y2[:, :N] = _codes(y_ref.reshape(M, N))
+    order = [(r0 + r, g * cols + p) for r0, rows in tiles for g in range(groups)
+             for r in range(rows) for p in range(cols)]
+    order = np.array(order, np.int64).reshape(-1, 2)
+    out_fmt = OUT_FORMATS.index(dtype_name(y_ref.dtype))
+    regs = {"k": K, "block_size": bs, "bits": op.bits, "m": M, "groups": groups,
+            "bias": int(bias is not None), "out_fmt": out_fmt}
+    return NBitsJobV2(regs, inputs, y2[order[:, 0], order[:, 1]], order[:, 1] < N, order,
+                      y_ref.shape, y_ref.dtype, {"accuracy_level": accuracy_level})
+
+
+def unpack_y_v2(job: NBitsJobV2, words: np.ndarray) -> np.ndarray:
+    """The v2 engine's ``y`` words (uint32 codes, its order) -> Y, shaped and typed as the
+    operator's output."""
+    M = job.order[:, 0].max() + 1
+    N = job.out_shape[-1]
+    y = np.zeros((M, job.order[:, 1].max() + 1), np.uint32)
+    y[job.order[:, 0], job.order[:, 1]] = words
+    y = np.ascontiguousarray(y[:, :N])
     if job.out_dtype.itemsize == 2:
         y = y.astype(np.uint16)
     return y.view(job.out_dtype).reshape(job.out_shape)

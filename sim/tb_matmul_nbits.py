@@ -1,23 +1,41 @@
-"""cocotb testbench for the MatMulNBits engine (:class:`qaccel.rtl.matmul_nbits.MatMulNBits`);
-run it with :func:`qaccel.sim.nbits_sim.run_nbits_cocotb`.
+"""cocotb testbench for the MatMulNBits engines (:class:`qaccel.rtl.matmul_nbits.MatMulNBits`
+and :class:`qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`); run it with
+:func:`qaccel.sim.nbits_sim.run_nbits_cocotb`.
+
+What differs between the engines comes from the parameters: ``registers`` (the job register
+ports, set from each job's ``regs``), ``inputs`` (the input stream names) and ``words`` (result
+words per ``y`` beat: ``pe`` for v1, 1 for v2; ``y`` carries ``words`` float32 codes with
+``last`` above them).
 
 Parameters (``qaccel.sim.tbconfig.params()``): ``jobs_file`` (JSON list of job dicts, see
 :func:`qaccel.sim.nbits_sim.job_dict`: ``label``, ``regs``, ``inputs`` (payload ints per input
-stream), ``passes`` and ``y`` (per pass ``pe`` expected float32 bit patterns, ``null`` for a
-column not compared; ``y`` itself ``null``: capture only)), ``pe``, ``idle`` and
-``backpressure`` (pause probabilities per cycle, each input stream and ``y.ready`` with its own
-seeded generator), ``max_burst`` (longest pause), ``watchdog`` (stall timeout in cycles),
-``seed``, ``capture_file`` (where to write the received beats and cycle counts).
+stream; a stream missing or empty gets no beats in that job), ``beats`` (the job's ``y``
+beats; v1 dicts also name it ``passes``), ``y`` (per beat ``words`` expected codes, ``null``
+for a word not compared; ``y`` itself ``null``: capture only), optionally ``tags`` (per beat a
+text naming it in error messages, default ``pass <n>``) and ``reset_after`` (cycles after the
+job's ``start`` at which ``rst`` is asserted, abandoning the job)), ``registers``,
+``inputs``, ``words``, ``idle`` and ``backpressure`` (pause probabilities per cycle, each
+input stream and ``y.ready`` with its own seeded generator), ``max_burst`` (longest pause),
+``watchdog`` (stall timeout in cycles), ``seed``, ``reset_cycles`` (cycles ``rst`` is held),
+``settle`` (cycles after a reset during which no ``y`` beat may appear), ``busy_lag`` (the
+cycle after the last ``y`` beat by which ``busy`` must be low: 1 is the very next),
+``capture_file`` (where to write the received beats and cycle counts).
 
 The jobs run back to back in one simulation: the registers are set and ``start`` pulsed one
-cycle after ``busy`` is seen low, the four input streams (``z`` only when the job has beats
-for it) are fed from the next cycle on. Every ``y`` beat goes through an in-order scoreboard:
-each compared column bit-exact (NaN equals NaN only when both are NaN), ``last`` on the job's
-last beat only, exactly ``passes`` beats per job. ``y`` must also keep ``valid`` and its
-payload while it is held back, every input beat of a job must be taken by its last ``y`` beat,
-and ``busy`` must be high from the cycle after ``start`` to the last ``y`` beat. A job's cycle
-count is the number of clock edges from the one taking ``start`` to the one taking its last
-``y`` beat.
+cycle after ``busy`` is seen low, the input streams the job has beats for are fed from the
+next cycle on. Every ``y`` beat goes through an in-order scoreboard: each compared word
+bit-exact (NaN equals NaN only when both are NaN), ``last`` on the job's last beat only,
+exactly ``beats`` beats per job. ``y`` must also keep ``valid`` and its payload while it is
+held back, every input beat of a job must be taken by its last ``y`` beat (and no more than
+the job's beats), and ``busy`` must be high from the cycle after ``start`` to the last ``y``
+beat and low ``busy_lag`` cycles after it. A job's cycle count is the number of clock edges
+from the one taking ``start`` to the one taking its last ``y`` beat.
+
+A job with ``reset_after`` is abandoned that many cycles after its ``start``: every input
+stream drops its beats and ``valid``, ``y.ready`` is held low, ``rst`` is held high for
+``reset_cycles`` edges; on the first cycle after it ``busy`` and ``y.valid`` must be low, and
+for ``settle`` more cycles no ``y`` beat may appear. The ``y`` beats it gave before the reset
+are checked as a prefix of its expected beats; the next job then runs from a clean engine.
 """
 
 from __future__ import annotations
@@ -31,7 +49,6 @@ from dataclasses import dataclass
 
 import cocotb
 
-from qaccel.rtl.matmul_nbits import REGISTERS
 from qaccel.sim import tbconfig
 from qaccel.sim.nbits_jobs import is_nan_code
 from qaccel.sim.scoreboard import InOrderChecker
@@ -50,9 +67,11 @@ from qaccel.sim.tb import reset, start_clock
 log = logging.getLogger("cocotb.qaccel.tb_matmul_nbits")
 
 DEFAULTS = {"idle": 0.3, "backpressure": 0.3, "max_burst": 4, "watchdog": 2000, "seed": None,
-            "capture_file": None}
-#: The engine's input streams and registers, as the Verilog names them.
-INPUTS = ("a", "w", "s", "z")
+            "capture_file": None, "reset_cycles": 2, "settle": 4, "busy_lag": 1}
+#: The v1 engine's input streams and registers, as the Verilog names them: the defaults of
+#: ``inputs`` and ``registers`` for a caller that gives only ``pe``.
+V1_INPUTS = ("a", "w", "s", "z")
+V1_REGISTERS = ("k", "block_size", "bits", "passes", "int8", "zp_mode", "bias", "out_fmt")
 
 
 def _f32(word: int) -> float:
@@ -61,10 +80,10 @@ def _f32(word: int) -> float:
 
 @dataclass(frozen=True, eq=False)
 class YBeat:
-    """One ``y`` beat: ``pe`` codes of format ``out_fmt`` (None: a column not compared) and
+    """One ``y`` beat: ``words`` codes of format ``out_fmt`` (None: a word not compared) and
     ``last``.
 
-    Two beats are equal when ``last`` agrees and every column compared by both is the same
+    Two beats are equal when ``last`` agrees and every word compared by both is the same
     bit pattern, or NaN in both."""
 
     y: tuple[int | None, ...]
@@ -72,12 +91,12 @@ class YBeat:
     out_fmt: int = 0
 
     @classmethod
-    def from_payload(cls, payload: int, pe: int, out_fmt: int = 0) -> YBeat:
-        return cls(tuple((payload >> (32 * p)) & 0xFFFFFFFF for p in range(pe)),
-                   (payload >> (32 * pe)) & 1, out_fmt)
+    def from_payload(cls, payload: int, words: int, out_fmt: int = 0) -> YBeat:
+        return cls(tuple((payload >> (32 * p)) & 0xFFFFFFFF for p in range(words)),
+                   (payload >> (32 * words)) & 1, out_fmt)
 
     def differing(self, other: YBeat) -> list[int]:
-        """The columns where ``self`` and ``other`` disagree."""
+        """The words where ``self`` and ``other`` disagree."""
         return [p for p, (a, b) in enumerate(zip(self.y, other.y, strict=True))
                 if a is not None and b is not None and a != b
                 and not (is_nan_code(a, self.out_fmt) and is_nan_code(b, other.out_fmt))]
@@ -97,13 +116,17 @@ class YBeat:
 
 class HoldChecker:
     """Stream rule on an output: once ``valid`` is up it stays up, with the same payload,
-    until the beat is taken."""
+    until the beat is taken. Not checked while ``paused()`` (a reset)."""
 
-    def __init__(self, port: StreamPort):
+    def __init__(self, port: StreamPort, paused=lambda: False):
         self.port = port
+        self.paused = paused
         self.held: int | None = None
 
     def sample(self, cycle: int) -> None:
+        if self.paused():
+            self.held = None
+            return
         valid = self.port.is_valid()
         if self.held is not None:
             assert valid, f"{self.port.name}: valid dropped at cycle {cycle} before its beat " \
@@ -114,21 +137,48 @@ class HoldChecker:
         self.held = self.port.read_payload() if valid and not self.port.is_ready() else None
 
 
+class GatedSink(StreamSink):
+    """A :class:`StreamSink` that holds ``ready`` low while ``paused()`` (a reset)."""
+
+    def __init__(self, port: StreamPort, *, pauses, paused):
+        super().__init__(port, pauses=pauses)
+        self.paused = paused
+
+    def drive(self, cycle: int) -> None:
+        if self.paused():
+            if self._ready_out is not False:
+                self.port.ready.value = 0
+                self._ready_out = False
+            return
+        super().drive(cycle)
+
+
 class JobControl:
-    """Sets the registers, pulses ``start`` and queues the input beats, one job at a time."""
+    """Sets the registers, pulses ``start`` and queues the input beats, one job at a time;
+    asserts ``rst`` in a job with ``reset_after``.
+
+    States: idle -> pulse -> running -> idle, or running -> reset -> settle -> idle."""
 
     def __init__(self, tb: NBitsTB, jobs: list[dict]):
         self.tb = tb
         self.jobs = jobs
         self.next = 0                  # the next job to start
-        self.state = "idle"            # idle -> pulse -> running -> idle
+        self.state = "idle"
         self.busy = True               # busy as last sampled
         self.after_start = False       # the sample phase right after a start
-        self.after_end = False         # the sample phase right after a job's last y beat
+        self.busy_check = 0            # sample phases left until busy must be low
+        self.after_reset = False       # the sample phase right after a reset
+        self.reset_at: int | None = None
+        self.until = 0                 # the cycle ending the reset / settle state
 
     @property
     def done(self) -> bool:
-        return self.next == len(self.jobs) and self.state == "idle" and not self.after_end
+        return (self.next == len(self.jobs) and self.state == "idle" and not self.busy_check
+                and not self.after_reset)
+
+    @property
+    def resetting(self) -> bool:
+        return self.state == "reset"
 
     def drive(self, cycle: int) -> None:
         dut, tb = self.tb.dut, self.tb
@@ -139,12 +189,25 @@ class JobControl:
                 driver.send(job["inputs"].get(name, []))
             self.state = "running"
             self.after_start = True
+        elif self.state == "running" and self.reset_at is not None and cycle >= self.reset_at:
+            tb.abort_job(cycle)
+            dut.rst.value = 1
+            self.state, self.until, self.reset_at = "reset", cycle + tb.params["reset_cycles"], None
+            self.busy_check = 0
+        elif self.state == "reset" and cycle >= self.until:
+            dut.rst.value = 0
+            self.state, self.until = "settle", cycle + tb.params["settle"]
+            self.after_reset = True
+        elif self.state == "settle" and cycle >= self.until:
+            self.state = "idle"
         elif self.state == "idle" and not self.busy and self.next < len(self.jobs):
             job = self.jobs[self.next]
-            for reg in REGISTERS:
+            for reg in tb.registers:
                 getattr(dut, reg).value = int(job["regs"][reg])
             dut.start.value = 1
             tb.begin_job(self.next, cycle)
+            after = job.get("reset_after")
+            self.reset_at = None if after is None else cycle + max(2, int(after))
             self.next += 1
             self.state = "pulse"
 
@@ -153,10 +216,20 @@ class JobControl:
         if self.after_start:
             self.after_start = False
             assert self.busy, f"busy low the cycle after start ({self.tb.job_name()})"
-        elif self.after_end:
-            self.after_end = False
-            assert not self.busy, f"busy still high the cycle after the last y beat " \
-                                  f"({self.tb.job_name()})"
+        elif self.after_reset:
+            self.after_reset = False
+            y_valid = self.tb.y.is_valid()
+            assert not self.busy and not y_valid, (
+                f"the engine is not idle after a {self.tb.params['reset_cycles']}-cycle reset "
+                f"in {self.tb.job_name()}: busy={int(self.busy)} y.valid={int(y_valid)} at "
+                f"cycle {cycle}")
+        elif self.busy_check:
+            self.busy_check -= 1
+            if not self.busy:
+                self.busy_check = 0
+            elif not self.busy_check:
+                raise AssertionError(f"busy still high {self.tb.params['busy_lag']} cycle(s) "
+                                     f"after the last y beat ({self.tb.job_name()})")
 
 
 class NBitsTB:
@@ -166,20 +239,28 @@ class NBitsTB:
         self.dut = dut
         self.params = params
         self.jobs = jobs
-        self.pe = params["pe"]
+        self.words = int(params["words"])
+        self.registers = tuple(params["registers"])
+        self.inputs = tuple(params["inputs"])
+        for j, job in enumerate(jobs):
+            job.setdefault("beats", job.get("passes"))
+            extra = set(job["inputs"]) - set(self.inputs)
+            assert not extra, f"job {j} '{job['label']}' feeds streams {sorted(extra)} the " \
+                              f"engine does not have (its inputs: {self.inputs})"
         seed = params["seed"]
-        self.ports = {name: StreamPort(dut, name) for name in INPUTS}
+        self.ports = {name: StreamPort(dut, name) for name in self.inputs}
         self.drivers = {name: StreamDriver(port, pauses=_pauses(params["idle"], params,
                                                                  seed, k))
                         for k, (name, port) in enumerate(self.ports.items())}
+        self.control = JobControl(self, jobs)
         self.y = StreamPort(dut, "y")
-        self.sink = StreamSink(self.y, pauses=_pauses(params["backpressure"], params, seed,
-                                                      len(INPUTS)))
+        self.sink = GatedSink(self.y, pauses=_pauses(params["backpressure"], params, seed,
+                                                     len(self.inputs)),
+                              paused=lambda: self.control.resetting)
         self.checker = InOrderChecker("y")
         self.in_mons = {name: StreamMonitor(port) for name, port in self.ports.items()}
         self.y_mon = StreamMonitor(self.y, self._on_y)
-        self.hold = HoldChecker(self.y)
-        self.control = JobControl(self, jobs)
+        self.hold = HoldChecker(self.y, paused=lambda: self.control.resetting)
         self.watchdog = Watchdog(
             params["watchdog"], (self.y_mon, self._y_pending),
             *((mon, lambda d=self.drivers[n]: d.pending) for n, mon in self.in_mons.items()))
@@ -188,17 +269,22 @@ class NBitsTB:
         self.current = -1               # index of the running job
         self.received: list[list[int]] = []
         self.start_cycles: list[int] = []
-        self.cycles: list[int] = []
+        self.cycles: list[int | None] = []
         self.sent: list[dict[str, int]] = []
+        self.taken: list[dict[str, int]] = []
+        self.aborted: list[dict | None] = []
 
     def job_name(self, index: int | None = None) -> str:
         j = self.current if index is None else index
         return f"job {j} of {len(self.jobs)} '{self.jobs[j]['label']}'"
 
     def _y_pending(self) -> int:
-        if self.control.state == "idle" or self.current < 0:
+        if self.control.state not in ("pulse", "running") or self.current < 0:
             return 0
-        return self.jobs[self.current]["passes"] - len(self.received[self.current])
+        return self.jobs[self.current]["beats"] - len(self.received[self.current])
+
+    def _taken(self) -> dict[str, int]:
+        return {n: mon.count - self.sent[self.current][n] for n, mon in self.in_mons.items()}
 
     def begin_job(self, index: int, cycle: int) -> None:
         """``start`` is taken at ``cycle``: expect the job's beats."""
@@ -207,51 +293,78 @@ class NBitsTB:
         self.received.append([])
         self.start_cycles.append(cycle)
         self.sent.append({n: mon.count for n, mon in self.in_mons.items()})
-        passes = job["passes"]
+        self.aborted.append(None)
+        beats = job["beats"]
         if job["y"] is not None:
-            assert len(job["y"]) == passes, f"{self.job_name()}: {len(job['y'])} expected " \
-                                            f"beats for {passes} passes"
+            assert len(job["y"]) == beats, f"{self.job_name()}: {len(job['y'])} expected " \
+                                           f"beats for {beats} y beats"
+            tags = job.get("tags")
             for p, row in enumerate(job["y"]):
-                self.checker.add_expected(YBeat(tuple(row), int(p == passes - 1),
+                assert len(row) == self.words, f"{self.job_name()}: expected beat {p} has " \
+                                               f"{len(row)} words, y carries {self.words}"
+                self.checker.add_expected(YBeat(tuple(row), int(p == beats - 1),
                                                 job["regs"]["out_fmt"]), cycle,
-                                          tag=f"{self.job_name()} pass {p}")
+                                          tag=f"{self.job_name()} "
+                                              f"{tags[p] if tags else f'pass {p}'}")
+
+    def abort_job(self, cycle: int) -> None:
+        """The running job is abandoned by a reset at ``cycle``: drop its input beats and its
+        expected ``y`` beats not yet seen."""
+        j = self.current
+        taken = self._taken()
+        self.taken.append(taken)
+        self.cycles.append(None)
+        self.aborted[j] = {"cycle": cycle - self.start_cycles[j], "taken": taken,
+                           "y": len(self.received[j])}
+        log.info(f"reset in {self.job_name()} {cycle - self.start_cycles[j]} cycles after "
+                 f"start: input beats taken {taken}, {len(self.received[j])} of "
+                 f"{self.jobs[j]['beats']} y beats received")
+        for driver in self.drivers.values():
+            driver.reset()
+        self.checker.expected.clear()
 
     def _on_y(self, payload: int, cycle: int) -> None:
         j = self.current
         job = self.jobs[j] if 0 <= j < len(self.jobs) else None
-        assert job is not None and self.control.state != "idle", (
+        assert job is not None and self.control.state in ("pulse", "running"), (
             f"y: beat {payload:#x} at cycle {cycle} while no job is running "
-            f"(after {self.job_name(j) if j >= 0 else 'reset'})")
+            f"(after {self.job_name(j) if j >= 0 else 'reset'}"
+            f"{', which was reset' if j >= 0 and self.aborted[j] else ''})")
         got = self.received[j]
         got.append(payload)
-        beat = YBeat.from_payload(payload, self.pe, job["regs"]["out_fmt"])
+        beat = YBeat.from_payload(payload, self.words, job["regs"]["out_fmt"])
         if job["y"] is not None:
             self.checker.add_actual(beat, cycle)
         else:
-            last = int(len(got) == job["passes"])
+            last = int(len(got) == job["beats"])
             assert beat.last == last, f"y: beat {len(got) - 1} of {self.job_name()} at cycle " \
                                       f"{cycle} has last={beat.last}, expected {last}"
-        if len(got) == job["passes"]:
+        if len(got) == job["beats"]:
             for name, driver in self.drivers.items():
                 assert driver.pending == 0, (
                     f"{self.job_name()}: its last y beat at cycle {cycle} with "
                     f"{driver.pending} of {len(job['inputs'].get(name, []))} '{name}' beats "
                     f"not taken")
+            taken = self._taken()
+            want = {n: len(job["inputs"].get(n, [])) for n in self.inputs}
+            assert taken == want, f"{self.job_name()}: input beats taken {taken}, sent {want}"
+            self.taken.append(taken)
             self.cycles.append(cycle - self.start_cycles[j])
             self.control.state = "idle"
-            self.control.after_end = True
+            self.control.reset_at = None
+            self.control.busy_check = int(self.params["busy_lag"])
 
     async def start(self) -> None:
         dut = self.dut
-        for name in (*(f"{n}__valid" for n in INPUTS), "start", "y__ready", *REGISTERS,
-                     *(f"{n}__payload" for n in INPUTS)):
+        for name in (*(f"{n}__valid" for n in self.inputs), "start", "y__ready",
+                     *self.registers, *(f"{n}__payload" for n in self.inputs)):
             getattr(dut, name).value = 0
         start_clock(dut)
         await reset(dut)
 
     async def run(self) -> None:
         """Run every job; raise on the first check that fails."""
-        beats = sum(j["passes"] + sum(len(v) for v in j["inputs"].values()) for j in self.jobs)
+        beats = sum(j["beats"] + sum(len(v) for v in j["inputs"].values()) for j in self.jobs)
         await self.loop.run(until=lambda: self.control.done,
                             max_cycles=200 * beats + 1000 * len(self.jobs) + 10000)
         self.checker.check_done()
@@ -266,11 +379,15 @@ def _pauses(probability: float, params: dict, seed: int, stream: int):
 
 @cocotb.test()
 async def test_jobs(dut):
-    """Every job back to back, random idle cycles on a, w, s, z and back-pressure on y; every
-    y beat through the scoreboard; the received beats and cycle counts recorded."""
+    """Every job back to back, random idle cycles on each input stream and back-pressure on
+    y, resets where a job asks for one; every y beat through the scoreboard; the received
+    beats and cycle counts recorded."""
     params = {**DEFAULTS, **tbconfig.params()}
     if params["seed"] is None:
         params["seed"] = cocotb.RANDOM_SEED
+    params.setdefault("words", params.get("pe"))
+    params.setdefault("inputs", V1_INPUTS)
+    params.setdefault("registers", V1_REGISTERS)
     with open(params["jobs_file"]) as f:
         jobs = json.load(f)
     tb = NBitsTB(dut, params, jobs)
@@ -284,15 +401,18 @@ async def test_jobs(dut):
         raise
     seconds = time.perf_counter() - t0
     beats = sum(len(r) for r in tb.received)
-    assert tb.y_mon.count == beats == sum(j["passes"] for j in jobs), (
-        f"{tb.y_mon.count} y beats seen, {beats} received, "
-        f"{sum(j['passes'] for j in jobs)} expected")
+    want = sum(j["beats"] if a is None else a["y"] for j, a in zip(jobs, tb.aborted,
+                                                                  strict=True))
+    assert tb.y_mon.count == beats == want, (
+        f"{tb.y_mon.count} y beats seen, {beats} received, {want} expected")
     for name, mon in tb.in_mons.items():
-        want = sum(len(j["inputs"].get(name, [])) for j in jobs)
-        assert mon.count == want, f"{mon.count} '{name}' beats taken, {want} sent"
+        taken = sum(t[name] for t in tb.taken)
+        assert mon.count == taken, f"{mon.count} '{name}' beats taken, {taken} by the jobs"
     if params["capture_file"]:
         tbconfig.write_atomic(params["capture_file"], json.dumps(
-            {"beats": tb.received, "cycles": tb.cycles, "start_cycles": tb.start_cycles}))
+            {"beats": tb.received, "cycles": tb.cycles, "start_cycles": tb.start_cycles,
+             "aborted": tb.aborted}))
     tbconfig.record("test_jobs", jobs=len(jobs), beats=beats, cycles=tb.cycles,
                     total_cycles=tb.loop.cycle, seconds=round(seconds, 4),
-                    checked=sum(j["y"] is not None for j in jobs), seed=params["seed"])
+                    checked=sum(j["y"] is not None for j in jobs), seed=params["seed"],
+                    resets=sum(a is not None for a in tb.aborted))

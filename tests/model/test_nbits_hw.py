@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qaccel.model import nbits
+from qaccel.model import nbits, nbits_hw
 from qaccel.model import nbits_kernels as kernels
 from qaccel.model.config import AccelConfig
 from qaccel.model.nbits_hw import int8_path, matmul_nbits_hw
@@ -44,8 +44,9 @@ def loop_float_path(A, w, simd, lat):
     return out
 
 
-def loop_int8_path(A, op, lat):
-    """The int8 path's order, one operation at a time."""
+def int8_loop_operands(A, op):
+    """(qa, sa, q, zp) of the int8 paths' loop twins: A quantised per block as ORT does, the
+    raw codes (N, k_blocks * block_size) and the integer zero points (N, k_blocks)."""
     M, K = A.shape
     bs, kb = op.block_size, op.kb
     padded = np.zeros((M, kb * bs), F32)
@@ -54,6 +55,14 @@ def loop_int8_path(A, op, lat):
     q = nbits.unpack_nbits(op.Bw.view(np.uint8), op.bits, bs).reshape(op.N, kb * bs)
     zp = (nbits.unpack_zero_points(op.zpk, op.bits, kb) if op.zmode == kernels.ZP_PACKED
           else np.full((op.N, kb), 1 << (op.bits - 1)))
+    return qa, sa, q, zp
+
+
+def loop_int8_path(A, op, lat):
+    """The int8 path's order, one operation at a time."""
+    M, K = A.shape
+    bs, kb = op.block_size, op.kb
+    qa, sa, q, zp = int8_loop_operands(A, op)
     out = np.zeros((M, op.N), F32)
     for m in range(M):
         for n in range(op.N):
@@ -186,3 +195,116 @@ def test_errors_name_the_parameter():
         matmul_nbits_hw(A, **ops, **kw, accuracy_level=5)
     with pytest.raises(ValueError, match="bias must have shape"):
         matmul_nbits_hw(A, ops["B"], ops["scales"], bias=np.ones(3, F32), **kw)
+
+
+# --------------------------------------------------------------------------- v2 engine
+
+
+def loop_int8_v2(A, op, bias):
+    """The v2 int8 path (docs/matmul_nbits_v2.md, section 1), one operation at a time."""
+    M, K = A.shape
+    bs, kb = op.block_size, op.kb
+    qa, sa, q, zp = int8_loop_operands(A, op)
+    out = np.zeros((M, op.N), F32)
+    for m in range(M):
+        for n in range(op.N):
+            acc = F32(0) if bias is None else F32(bias[n])
+            for b in range(kb):
+                ks = range(b * bs, min(K, (b + 1) * bs))
+                d = sum(int(qa[m, k]) * (int(q[n, k]) - int(zp[n, b])) for k in ks)
+                acc = F32(acc + F32(F32(sa[m, b] * op.scales[n, b]) * F32(d)))
+            out[m, n] = acc
+    return out
+
+
+def v2_exact(A, op, bias):
+    """The v2 int8 path's math in float64 (a' = qa * sa, w = (q - zp) * sb) and its scale
+    ``sum_k |a'_k w_k| + |bias|``, both (M, N)."""
+    qa, q, sa, zp = nbits_hw._int8_operands(A, op)
+    a1 = qa * sa.astype(np.float64)[:, :, None]                         # (M, kb, bs)
+    w = (q - zp[:, :, None]) * op.scales.astype(np.float64)[:, :, None]  # (N, kb, bs)
+    b = np.zeros(op.N) if bias is None else bias.astype(np.float64)
+    exact = np.einsum("mbk,nbk->mn", a1, w) + b
+    scale = np.einsum("mbk,nbk->mn", np.abs(a1), np.abs(w)) + np.abs(b)
+    return exact, scale
+
+
+@pytest.mark.parametrize(("bits", "zp_kind", "K", "bs", "bias"), [
+    (4, "packed", 100, 32, True), (4, "none", 64, 16, False), (2, "packed", 70, 16, True),
+    (3, "packed", 96, 32, False), (8, "none", 130, 64, True), (5, "packed", 48, 16, True)])
+def test_v2_order_is_the_documented_one(bits, zp_kind, K, bs, bias):
+    N = 5
+    ops = operands(bits, bs, K, N, zp_kind, bias=bias, seed=bits * 7 + K)
+    A = np.random.default_rng(K).standard_normal((3, K)).astype(F32)
+    A[1, :bs] *= 1e-3                                          # blocks of different scales
+    got = nbits_hw.matmul_nbits_v2(A, **ops, K=K, N=N, bits=bits, block_size=bs,
+                                   accuracy_level=4)
+    op = nbits._Op(ops["B"], ops["scales"], ops["zero_points"], None, K=K, N=N, bits=bits,
+                   block_size=bs, dtype=np.dtype(F32))
+    np.testing.assert_array_equal(got, loop_int8_v2(A, op, ops["bias"]))
+
+
+def test_v2_within_bound_of_float64(capsys):
+    """|y - y64| <= 1e-6 * (sum_k |a'_k w_k| + |bias|) against an exact evaluation of the same
+    math, over every width, block size and long rows (up to 256 blocks of 16)."""
+    worst = 0.0
+    for bits in range(2, 9):
+        for bs in (16, 32, 64, 128, 256):
+            for K, zp_kind, bias in ((4096, "packed", True), (1000, "none", False)):
+                N = 6
+                ops = operands(bits, bs, K, N, zp_kind, bias=bias, seed=bits + bs + K)
+                A = np.random.default_rng(bits * bs).standard_normal((2, K)).astype(F32)
+                y = nbits_hw.matmul_nbits_v2(A, **ops, K=K, N=N, bits=bits, block_size=bs,
+                                             accuracy_level=4)
+                op = nbits._Op(ops["B"], ops["scales"], ops["zero_points"], None, K=K, N=N,
+                               bits=bits, block_size=bs, dtype=np.dtype(F32))
+                exact, scale = v2_exact(A, op, ops["bias"])
+                ratio = np.abs(y.astype(np.float64) - exact) / scale
+                worst = max(worst, float(ratio.max()))
+    with capsys.disabled():
+        print(f"\nv2 int8 path vs float64: worst |y - y64| / (sum|a'w| + |bias|) = {worst:.3g}")
+    assert worst <= 1e-6
+
+
+def test_v2_distance_to_onnx_runtime(capsys):
+    """The existing ORT matrix wherever ORT takes its int8 path (level 4): the distance is
+    reported and bounded by 1e-6 * (sum_k |a'_k w_k| + |bias|) (a' ORT's quantised A)."""
+    from .test_nbits_ort import N as ORT_N
+    from .test_nbits_ort import activations, case, ort_level4_path, session
+
+    worst, count = 0.0, 0
+    for bits in (2, 4, 8):
+        for zp_kind in ("none", "packed"):
+            for bs in (16, 32, 64, 128, 256):
+                if ort_level4_path(bits, bs, zp_kind, False) != "int8":
+                    continue
+                for K, bias in ((256, True), (200, False)):
+                    key = (bits, bs, K, zp_kind, False, bias, "float32", "ort")
+                    c = case(*key)
+                    for M in (1, 7):
+                        A = activations(M, K)
+                        (y_ort,) = session(4, *key).run(None, {"A": A})
+                        y = nbits_hw.matmul_nbits_v2(A, **c, K=K, N=ORT_N, bits=bits,
+                                                     block_size=bs, accuracy_level=4)
+                        op = nbits._Op(c["B"], c["scales"], c["zero_points"], None, K=K,
+                                       N=ORT_N, bits=bits, block_size=bs,
+                                       dtype=np.dtype(F32))
+                        _, scale = v2_exact(A, op, c["bias"])
+                        err = np.abs(y.astype(np.float64) - y_ort.astype(np.float64))
+                        worst = max(worst, float((err / scale).max()))
+                        count += 1
+    with capsys.disabled():
+        print(f"\nv2 int8 path vs ONNX Runtime (level 4, {count} calls): worst "
+              f"|y - y_ort| / (sum|a'w| + |bias|) = {worst:.3g}")
+    assert count >= 40 and worst <= 1e-6
+
+
+def test_v2_refuses_the_float_path():
+    ops = operands(4, 16, 32, 2, "float")
+    with pytest.raises(ValueError, match="float path is not built yet: accuracy_level 4, "
+                                         "zero points float"):
+        nbits_hw.matmul_nbits_v2(np.ones((1, 32), F32), **ops, K=32, N=2, bits=4,
+                                 block_size=16, accuracy_level=4)
+    with pytest.raises(ValueError, match="accuracy_level 0"):
+        nbits_hw.matmul_nbits_v2(np.ones((1, 32), F32), **operands(4, 16, 32, 2, "none"),
+                                 K=32, N=2, bits=4, block_size=16, accuracy_level=0)

@@ -2,7 +2,9 @@
 """The MatMulNBits engine through cocotb (sim/tb_matmul_nbits.py, sim/nbits_sim.py): jobs back
 to back, random idle cycles on every input stream and back-pressure on ``y``, every ``y``
 beat compared bit-exactly with qaccel.model.nbits_hw on Verilator and on Icarus; a corrupted
-expected value is caught and named; columns past N are not compared.
+expected value is caught and named; columns past N are not compared; a reset in the middle of
+a job leaves the engine idle and the next job exact. The v2 engine through the same testbench:
+tests/sim/test_tb_matmul_nbits_v2.py.
 """
 
 from __future__ import annotations
@@ -164,3 +166,24 @@ def test_icarus_live_drivers_fix():
         "  initial \\o$3 = 4'h9;\n")
     block = "  always @* begin\n    x = y;\n  end\n"
     assert icarus_time0_fix(block, live_drivers=True) == block
+
+
+@needs("verilator")
+def test_verilator_reset_mid_job():
+    """The testbench's generic reset on v1: ``rst`` after some ``y`` beats of a job (others
+    and input beats still in flight) leaves ``busy`` and ``y.valid`` low, and the next job
+    (same shape, other data) is bit-exact."""
+    case = CASES[0]
+    jobs = [make_job(CONFIG, *case, seed=s) for s in range(2)]
+    run = run_nbits_cocotb(engine(), jobs, simulator="verilator", idle=0.3, backpressure=0.3,
+                           seed=5, reset_after={0: 400})
+    aborted = run.aborted[0]
+    assert aborted is not None and 0 < aborted["y"] < jobs[0].passes, aborted
+    assert 0 < aborted["taken"]["w"] < len(jobs[0].inputs["w"]), aborted
+    assert run.cycles[0] is None and run.aborted[1] is None and run.cycles[1] > 0
+    assert [len(b) for b in run.beats] == [aborted["y"], jobs[1].passes]
+    for job, y in zip(jobs, run.y, strict=True):                # the prefix before the reset
+        real = (np.asarray(job_dict(job, CONFIG.pe)["y"], dtype=object)
+                != None)[: len(y)]  # noqa: E711
+        assert np.array_equal(y[real], job.y[: len(y)][real]), job.meta["label"]
+    report(run, jobs)

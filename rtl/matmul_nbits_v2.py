@@ -1,0 +1,478 @@
+"""The MatMulNBits engine v2 (docs/matmul_nbits_v2.md): integer block sums on packed MACs, a few
+shared float lanes, activations quantised once per row into on-chip memory, row tiles that
+share each weight fetch. Bit-exact with :func:`qaccel.model.nbits_hw.matmul_nbits_v2`."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from qaccel.model.config import AccelConfig
+from qaccel.model.floatfmt import FORMATS
+from qaccel.rtl.decode import Decode
+from qaccel.rtl.decode import min_exp_width as decode_exp_width
+from qaccel.rtl.float_round import FloatRound
+from qaccel.rtl.float_round import min_exp_width as round_exp_width
+from qaccel.rtl.packed_mac_array import PackedMacArray
+from qaccel.rtl.pipeline import delay
+from qaccel.rtl.row_quantizer import RowQuantizer
+from qaccel.rtl.scale_lane import ScaleLane
+
+__all__ = ["COUNT_WIDTH", "OUT_FORMATS", "REGISTERS", "MatMulNBitsV2"]
+
+#: ``out_fmt`` values: the type ``y`` is rounded to (A's type), by index.
+OUT_FORMATS = ("float32", "float16", "bfloat16")
+#: The job registers (input ports), latched at ``start``.
+REGISTERS = ("k", "block_size", "bits", "m", "groups", "bias", "out_fmt")
+#: Width of the ``k``, ``m`` and ``groups`` registers.
+COUNT_WIDTH = 22
+_Y_FIFO = 16           # y beats reserved past the rounding (more than its latency)
+_BANK_READ_LATENCY = 2  # the output banks' registered read, then the lane choice registered
+_OUT_DECODE_LATENCY, _OUT_ROUND_LATENCY = 1, 3
+
+
+def _log2(n: int) -> int:
+    return (n - 1).bit_length()
+
+
+class MatMulNBitsV2(wiring.Component):
+    """MatMulNBits ``Y = A W^T + bias`` at accuracy_level 4 (int8 activations, integer or no
+    zero points): ``pe * simd`` MACs per cycle for 2..4-bit weights, half that for 5..8 bits.
+
+    A job is one operator call of ``m`` rows and ``groups`` column groups. Column groups are
+    ``pe`` columns for 2..4-bit weights and ``pe / 2`` for 5..8 bits (``cols`` below). The
+    engine walks row tiles of up to ``m_tile`` rows; per tile it quantises the rows once into
+    its activation memory, then runs every column group over them, the tile's rows taking
+    turns on each weight step. Streams, in the order the host sends them (all per tile, then
+    per group):
+
+    ``a``
+        The tile's rows, ``k`` float32 elements each, one per beat.
+    ``w``
+        Per group, ``ceil(k_blocks * block_size / simd)`` weight steps (2-bit weights: two
+        steps per word, the first in the low half). A step is the :class:`PackedMacArray`'s
+        nibble array ``w[p][j]`` (bit ``4 * (p * simd + j)``): 3..4-bit codes one per nibble
+        (2-bit codes two bits each, zero-extended on chip); 5..8-bit codes as column ``c``'s
+        low nibble in ``w[2c]`` and high nibble in ``w[2c + 1]``. Columns past N carry 0.
+    ``b``
+        With ``bias``, per group ``J = pe / F`` beats, beat ``j`` holding the biases of columns
+        ``f + F * j`` for lane ``f`` (float32).
+    ``s``
+        Per group and block, ``J`` beats, beat ``j`` holding lane ``f``'s column ``f + F * j``:
+        ``scale`` (float32) and ``zp`` (the integer zero point, ``2 ** (bits - 1)`` when the
+        operator has none).
+    ``y``
+        Per tile and group, the tile's rows in order, each ``cols`` results (float32, or
+        float16 / bfloat16 by ``out_fmt`` in the low 16 bits), ``last`` on the job's last.
+
+    ``ecp5=True`` builds the units' ECP5 primitives (registered MULT18X18D, DP16KD) for
+    synthesis; simulation needs the default, which describes the same cycles behaviourally.
+
+    Registers (latched at ``start`` while ``busy`` is low): ``k`` (1 .. ``max_k``),
+    ``block_size`` (a power of two, 16 .. ``max_block_size``), ``bits`` (2 .. 8), ``m``,
+    ``groups``, ``bias``, ``out_fmt``. ``busy`` is high from the cycle after ``start`` until
+    the last ``y`` beat is transferred.
+
+    Throughput: one MAC step (``pe * simd`` MACs for 2..4-bit weights) per cycle while ``w``
+    keeps up (``y`` taking a word a cycle keeps the read-out unthrottled: its FIFO's credit
+    covers the output latency); ``F`` float lanes take ``F`` block terms per cycle, which a
+    block of 16 needs when ``F = pe * simd / 16``. Per tile, the rows are loaded (one ``a``
+    element per cycle) before the groups run and the tile's last outputs are read out before
+    the next tile loads. :func:`qaccel.model.perf.nbits_v2_call` gives a call's cycles.
+    """
+
+    def __init__(self, config: AccelConfig | None = None, *, ecp5: bool = False):
+        config = AccelConfig() if config is None else config
+        if not isinstance(ecp5, bool):
+            raise TypeError(f"ecp5 must be a bool, not {ecp5!r}")
+        if not isinstance(config, AccelConfig):
+            raise TypeError(f"config must be an AccelConfig, not {config!r}")
+        if config.pe % 2:
+            raise ValueError(f"pe must be even for the v2 engine (two columns share a "
+                             f"multiplier), not {config.pe}")
+        self._config = config
+        pe, simd = config.pe, config.simd
+        self._lanes_n = F = config.scale_lanes
+        self._J = pe // F
+        self._mac = PackedMacArray(pe=pe, simd=simd, rows=config.m_tile,
+                                   max_block=config.max_block_size,
+                                   dsp_pairs=config.dsp_pairs, ecp5=ecp5)
+        self._rq = RowQuantizer(max_block=config.max_block_size, ecp5=ecp5)
+        asum_width = self._rq.asum_width
+        self._lanes = [ScaleLane(depth=config.m_tile * self._J,
+                                 isum_width=self._mac.isum_width, asum_width=asum_width,
+                                 ecp5=ecp5)
+                       for _ in range(F)]
+        super().__init__({
+            "k": In(unsigned(COUNT_WIDTH)),
+            "block_size": In(unsigned(16)),
+            "bits": In(unsigned(4)),
+            "m": In(unsigned(COUNT_WIDTH)),
+            "groups": In(unsigned(COUNT_WIDTH)),
+            "bias": In(1),
+            "out_fmt": In(unsigned(2)),
+            "start": In(1),
+            "busy": Out(1),
+            "a": In(stream.Signature(unsigned(32))),
+            "w": In(stream.Signature(unsigned(4 * pe * simd))),
+            "b": In(stream.Signature(data.ArrayLayout(unsigned(32), F))),
+            "s": In(stream.Signature(data.ArrayLayout(
+                data.StructLayout({"scale": unsigned(32), "zp": unsigned(8)}), F))),
+            "y": Out(stream.Signature(data.StructLayout({"y": unsigned(32),
+                                                         "last": unsigned(1)}))),
+        })
+
+    @property
+    def config(self) -> AccelConfig:
+        return self._config
+
+    @property
+    def timing(self) -> dict[str, int]:
+        """The cycle counts :func:`qaccel.model.perf.nbits_v2_call` composes, each measured
+        in the engine's own pipeline or taken from its units:
+
+        ``start``: ``start`` to the first tile's row-quantiser start (the sizing states);
+        ``issue``: the quantiser's ``busy`` low to the first weight step; ``to_lane``: a
+        step's issue to its MAC beat, plus the block sums' register (where the block's
+        activation scale and sum join them), without the MAC latency; ``bank``: a
+        lane result to its bank being readable; ``out``: a bank word taken to its ``y`` beat
+        (the bank's registered read, the float16 / bfloat16 rounding and the ``y`` FIFO);
+        ``next_tile``: a tile's last bank word taken to the next tile's quantiser start;
+        ``done``: the last ``y`` beat to ``busy`` low; and the units' ``mac``, ``lane``,
+        ``recurrence`` and the row quantiser's ``quantizer`` latency."""
+        return {"start": 3, "issue": 2, "to_lane": 2, "bank": 1,
+                "out": _BANK_READ_LATENCY + _OUT_DECODE_LATENCY + _OUT_ROUND_LATENCY + 2,
+                "next_tile": 4,
+                "done": 1, "mac": self._mac.latency, "lane": self._lanes[0].latency,
+                "recurrence": self._lanes[0].recurrence, "quantizer": self._rq.latency}
+
+    @property
+    def row_quantizer(self) -> RowQuantizer:
+        """The activation quantiser (its :meth:`~RowQuantizer.job_cycles` times a tile's
+        load)."""
+        return self._rq
+
+    @property
+    def lanes(self) -> int:
+        """Float lanes ``F``; lane ``f`` serves columns ``f, f + F, ...`` of a group."""
+        return self._lanes_n
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        pe, simd, T, mb = cfg.pe, cfg.simd, cfg.m_tile, cfg.max_block_size
+        F, J = self._lanes_n, self._J
+        CW = COUNT_WIDTH
+        steps_max = cfg.max_k // simd
+        kb_max = cfg.max_k // 16
+        log_steps, log_kb = _log2(steps_max), _log2(kb_max)
+        log_simd = _log2(simd)
+        m.submodules.rq = rq = self._rq
+        m.submodules.mac = mac = self._mac
+        for f, lane in enumerate(self._lanes):
+            m.submodules[f"lane{f}"] = lane
+
+        # -- job registers ----------------------------------------------------------------------
+        k_r = Signal(CW)
+        bs_r = Signal(range(mb + 1))
+        log_bs = Signal(range(_log2(mb) + 1))
+        bits_r = Signal(4)
+        m_r = Signal(CW)
+        groups_r = Signal(CW)
+        bias_r = Signal()
+        out_fmt_r = Signal(2)
+        kb_r = Signal(CW)                   # blocks per row
+        steps_r = Signal(CW)                # weight steps per row (padded to whole blocks)
+        wide = Signal()
+        two = Signal()                      # 2-bit weights: two steps per word
+        rows_r = Signal(range(T + 1))       # rows of the current tile
+        row0 = Signal(CW)                   # first row of the current tile
+        last_tile = Signal()
+        out_groups = Signal(CW)             # groups whose MAC results are all attached
+        read_groups = Signal(CW)            # groups whose outputs are all read out
+        cols = Mux(wide, pe // 2, pe)
+
+        with m.Switch(bs_r):
+            for e in range(4, _log2(mb) + 1):
+                with m.Case(1 << e):
+                    m.d.comb += log_bs.eq(e)
+        m.d.comb += [wide.eq(bits_r > 4), two.eq(bits_r == 2)]
+        load_go = Signal()
+        feed_go = Signal()
+        feeding = Signal()
+        with m.FSM() as fsm:
+            with m.State("IDLE"):
+                with m.If(self.start & (self.k != 0) & (self.m != 0) & (self.groups != 0)):
+                    m.d.sync += [k_r.eq(self.k), bs_r.eq(self.block_size),
+                                 bits_r.eq(self.bits), m_r.eq(self.m),
+                                 groups_r.eq(self.groups), bias_r.eq(self.bias),
+                                 out_fmt_r.eq(self.out_fmt), row0.eq(0)]
+                    m.next = "SIZE"
+            with m.State("SIZE"):
+                kb = (k_r + bs_r - 1) >> log_bs
+                m.d.sync += [kb_r.eq(kb), steps_r.eq((kb << log_bs) >> log_simd)]
+                m.next = "TILE"
+            with m.State("TILE"):
+                left = m_r - row0
+                m.d.sync += [rows_r.eq(Mux(left <= T, left, T)), last_tile.eq(left <= T)]
+                m.next = "LOAD_START"
+            with m.State("LOAD_START"):
+                m.d.comb += load_go.eq(1)
+                m.next = "LOAD"
+            with m.State("LOAD"):
+                with m.If(~rq.busy & ~load_go):
+                    m.next = "COMPUTE_START"
+            with m.State("COMPUTE_START"):
+                m.d.comb += feed_go.eq(1)
+                m.next = "COMPUTE"
+            with m.State("COMPUTE"):
+                with m.If(~feeding & ~feed_go & (out_groups == groups_r)
+                          & (read_groups == groups_r)):
+                    m.d.sync += row0.eq(row0 + rows_r)
+                    m.next = "NEXT"
+            with m.State("NEXT"):
+                with m.If(row0 < m_r):
+                    m.next = "TILE"
+                with m.Else():
+                    m.next = "DRAIN"
+            with m.State("DRAIN"):
+                with m.If(self.y.valid & self.y.ready & self.y.payload.last):
+                    m.next = "IDLE"
+        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
+
+        # -- activations: the row quantiser into the activation and block memories -------------
+        act = memory.Memory(shape=unsigned(8 * simd), depth=T * steps_max, init=[])
+        blkp = memory.Memory(shape=rq.blk.payload.shape(), depth=T * kb_max, init=[])
+        m.submodules.act_mem, m.submodules.blk_mem = act, blkp
+        act_w, blk_w = act.write_port(), blkp.write_port()
+        m.d.comb += [rq.k.eq(k_r), rq.block_size.eq(bs_r), rq.rows.eq(rows_r),
+                     rq.start.eq(load_go),
+                     rq.a.payload.eq(self.a.payload), rq.a.valid.eq(self.a.valid),
+                     self.a.ready.eq(rq.a.ready)]
+        pack = Signal(8 * simd)
+        lane_i = Signal(range(simd))
+        lrow = Signal(range(T + 1))
+        lstep = Signal(log_steps + 1)
+        m.d.comb += rq.q.ready.eq(1)
+        with m.If(rq.q.valid):
+            qa8 = rq.q.payload.qa.as_unsigned()
+            word = (pack >> 8) | (qa8 << (8 * simd - 8)) if simd > 1 else qa8
+            m.d.sync += pack.eq(word)
+            m.d.sync += lane_i.eq(Mux(lane_i == simd - 1, 0, lane_i + 1))
+            with m.If(lane_i == simd - 1):
+                m.d.comb += [act_w.en.eq(1), act_w.data.eq(word),
+                             act_w.addr.eq((lrow << log_steps) | lstep)]
+                with m.If(rq.q.payload.row_last):
+                    m.d.sync += [lrow.eq(lrow + 1), lstep.eq(0)]
+                with m.Else():
+                    m.d.sync += lstep.eq(lstep + 1)
+        brow = Signal(range(T + 1))
+        bblk = Signal(log_kb + 1)
+        m.d.comb += rq.blk.ready.eq(1)
+        with m.If(rq.blk.valid):
+            m.d.comb += [blk_w.en.eq(1), blk_w.data.eq(rq.blk.payload),
+                         blk_w.addr.eq((brow << log_kb) | bblk)]
+            with m.If(bblk == kb_r - 1):
+                m.d.sync += [bblk.eq(0), brow.eq(brow + 1)]
+            with m.Else():
+                m.d.sync += bblk.eq(bblk + 1)
+        with m.If(load_go):
+            m.d.sync += [lane_i.eq(0), lrow.eq(0), lstep.eq(0), brow.eq(0), bblk.eq(0)]
+
+        # -- weight steps into the MAC array, the tile's rows taking turns ----------------------
+        act_r = act.read_port()
+        c = Signal(CW)                      # step of the row
+        cb = Signal(range(mb // simd + 1))  # step within the block
+        r = Signal(range(T))
+        g = Signal(CW)
+        bpb = bs_r >> log_simd              # steps per block
+        s1_valid = Signal()
+        s1 = Signal(mac.i.payload.shape())
+        advance = ~s1_valid | mac.i.ready
+        issue = Signal()
+        m.d.comb += issue.eq(feeding & self.w.valid & advance)
+        half = Signal()
+        m.d.comb += half.eq(two & c[0])
+        nib = Signal(4 * pe * simd)
+        with m.If(two):
+            lo2 = Mux(half, self.w.payload[2 * pe * simd:], self.w.payload[:2 * pe * simd])
+            for i in range(pe * simd):
+                m.d.comb += nib[4 * i:4 * i + 4].eq(lo2[2 * i:2 * i + 2])
+        with m.Else():
+            m.d.comb += nib.eq(self.w.payload)
+        word_done = (r == rows_r - 1) & (~two | c[0] | (c == steps_r - 1))
+        m.d.comb += [self.w.ready.eq(issue & word_done),
+                     act_r.addr.eq((r << log_steps) | c[:log_steps]), act_r.en.eq(advance),
+                     mac.wide.eq(wide),
+                     mac.i.payload.eq(s1), mac.i.payload.qa.eq(act_r.data),
+                     mac.i.valid.eq(s1_valid)]
+        with m.If(advance):
+            m.d.sync += [s1_valid.eq(issue), s1.w.eq(nib), s1.row.eq(r),
+                         s1.first.eq(cb == 0), s1.last.eq(cb == bpb - 1)]
+        with m.If(issue):
+            with m.If(r == rows_r - 1):
+                m.d.sync += [r.eq(0), cb.eq(Mux(cb == bpb - 1, 0, cb + 1))]
+                with m.If(c == steps_r - 1):
+                    m.d.sync += [c.eq(0), g.eq(g + 1)]
+                    with m.If(g == groups_r - 1):
+                        m.d.sync += feeding.eq(0)
+                with m.Else():
+                    m.d.sync += c.eq(c + 1)
+            with m.Else():
+                m.d.sync += r.eq(r + 1)
+        with m.If(feed_go):
+            m.d.sync += [feeding.eq(1), c.eq(0), cb.eq(0), r.eq(0), g.eq(0)]
+
+        # -- MAC results: held in a register with their block's activation scale and sum -------
+        # (the MAC array's output FIFO is the buffer; a result leaves it once the lanes have
+        # taken its J terms)
+        blk_r = blkp.read_port()
+        head_valid = Signal()
+        head_isum = Signal.like(mac.o.payload.isum)
+        head_row = Signal.like(mac.o.payload.row)
+        head_first, head_last = Signal(), Signal()
+        ob = Signal(CW)
+        orow = Signal(range(T))
+        j = Signal(range(J))
+        go = Signal()
+        h_move = ~head_valid | (go & (j == J - 1))
+        accept = mac.o.valid & h_move
+        m.d.comb += [mac.o.ready.eq(h_move),
+                     blk_r.addr.eq((orow << log_kb) | ob[:log_kb]), blk_r.en.eq(h_move)]
+        with m.If(h_move):
+            m.d.sync += [head_valid.eq(mac.o.valid), head_isum.eq(mac.o.payload.isum),
+                         head_row.eq(mac.o.payload.row), head_first.eq(ob == 0),
+                         head_last.eq(ob == kb_r - 1)]
+        head_blk = data.View(rq.blk.payload.shape(), blk_r.data)
+        with m.If(accept):
+            with m.If(orow == rows_r - 1):
+                m.d.sync += [orow.eq(0), ob.eq(Mux(ob == kb_r - 1, 0, ob + 1))]
+                with m.If(ob == kb_r - 1):
+                    m.d.sync += out_groups.eq(out_groups + 1)
+            with m.Else():
+                m.d.sync += orow.eq(orow + 1)
+        with m.If(load_go):
+            m.d.sync += [ob.eq(0), orow.eq(0), out_groups.eq(0), read_groups.eq(0)]
+
+        # -- the lanes: each MAC result as J terms per lane, in lock step -----------------------
+        need_s = head_row == 0
+        need_b = bias_r & head_first & (head_row == 0)
+        ready_all = self._lanes[0].i.ready
+        valid_all = head_valid & (~need_s | self.s.valid) & (~need_b | self.b.valid)
+        m.d.comb += [go.eq(valid_all & ready_all),
+                     self.s.ready.eq(go & need_s), self.b.ready.eq(go & need_b)]
+        with m.If(go):
+            m.d.sync += j.eq(Mux(j == J - 1, 0, j + 1))
+        replay_layout = data.StructLayout({"scale": unsigned(32), "zp": unsigned(8),
+                                           "bias": unsigned(32)})
+        for f, lane in enumerate(self._lanes):
+            rep = memory.Memory(shape=replay_layout, depth=J, init=[])
+            m.submodules[f"replay{f}"] = rep
+            rw, rr = rep.write_port(), rep.read_port(domain="comb")
+            cur = Signal(replay_layout, name=f"params{f}")
+            m.d.comb += [rr.addr.eq(j), rw.addr.eq(j), rw.en.eq(go & need_s),
+                         cur.eq(rr.data)]
+            with m.If(need_s):
+                m.d.comb += [cur.scale.eq(self.s.payload[f].scale),
+                             cur.zp.eq(self.s.payload[f].zp)]
+                with m.If(need_b):
+                    m.d.comb += cur.bias.eq(self.b.payload[f])
+                with m.Elif(~head_first):
+                    m.d.comb += cur.bias.eq(rr.data.bias)
+            m.d.comb += rw.data.eq(cur)
+            isum = Signal.like(head_isum[0], name=f"isum{f}")
+            with m.Switch(j):
+                for jj in range(J):
+                    with m.Case(jj):
+                        m.d.comb += isum.eq(head_isum[f + F * jj])
+            li = lane.i.payload
+            m.d.comb += [li.isum.eq(isum), li.asum.eq(head_blk.asum), li.sa.eq(head_blk.sa),
+                         li.sb.eq(cur.scale), li.zp.eq(cur.zp),
+                         li.bias.eq(Mux(bias_r, cur.bias, 0)),
+                         li.first.eq(head_first), li.last.eq(head_last),
+                         li.addr.eq(head_row * J + j),
+                         lane.i.valid.eq(valid_all)]
+
+        # -- lane outputs into two banks; the y path reads a full bank row by row ---------------
+        depth = 1 << _log2(T * J)
+        banks = []
+        for f in range(F):
+            mem = memory.Memory(shape=unsigned(32), depth=2 * depth, init=[])
+            m.submodules[f"out{f}"] = mem
+            banks.append((mem.write_port(), mem.read_port()))         # block RAM
+        full = Signal(2)
+        wb = Signal()
+        rb = Signal()
+        wcount = Signal(range(T * J + 1))
+        out_valid = self._lanes[0].o.valid
+        out_take = out_valid & ~full.bit_select(wb, 1)
+        for f, lane in enumerate(self._lanes):
+            wp = banks[f][0]
+            m.d.comb += [lane.o.ready.eq(~full.bit_select(wb, 1)), wp.en.eq(out_take),
+                         wp.addr.eq((wb << _log2(depth)) | lane.o.payload.addr),
+                         wp.data.eq(lane.o.payload.y)]
+        with m.If(out_take):
+            with m.If(wcount == rows_r * J - 1):
+                m.d.sync += [wcount.eq(0), wb.eq(~wb)]
+                m.d.sync += full.bit_select(wb, 1).eq(1)
+            with m.Else():
+                m.d.sync += wcount.eq(wcount + 1)
+
+        rr_row = Signal(range(T))
+        rr_f = Signal(range(F))
+        rr_j = Signal(range(J))
+        reserved = Signal(range(_Y_FIFO + 1))
+        take = Signal()
+        m.d.comb += take.eq(full.bit_select(rb, 1) & (reserved < _Y_FIFO))
+        word = Signal(32)                   # the bank word taken two cycles before
+        with m.Switch(delay(m, rr_f, 1, "rr_f")):
+            for f in range(F):
+                with m.Case(f):
+                    m.d.sync += word.eq(banks[f][1].data)
+        for f in range(F):
+            m.d.comb += banks[f][1].addr.eq((rb << _log2(depth)) | (rr_row * J + rr_j))
+        col_last = (rr_j * F + rr_f) == cols - 1
+        bank_last = col_last & (rr_row == rows_r - 1)
+        job_last = bank_last & last_tile & (read_groups == groups_r - 1)
+        with m.If(take):
+            with m.If(col_last):
+                m.d.sync += [rr_f.eq(0), rr_j.eq(0)]
+                with m.If(rr_row == rows_r - 1):
+                    m.d.sync += [rr_row.eq(0), rb.eq(~rb), read_groups.eq(read_groups + 1)]
+                    m.d.sync += full.bit_select(rb, 1).eq(0)
+                with m.Else():
+                    m.d.sync += rr_row.eq(rr_row + 1)
+            with m.Elif(rr_f == F - 1):
+                m.d.sync += [rr_f.eq(0), rr_j.eq(rr_j + 1)]
+            with m.Else():
+                m.d.sync += rr_f.eq(rr_f + 1)
+
+        # -- output: rounding to A's type, then a FIFO reserved by a credit ---------------------
+        assert _Y_FIFO > self.timing["out"]         # a word a cycle with y ready
+        m.submodules.y_fifo = y_fifo = fifo.SyncFIFOBuffered(width=33, depth=_Y_FIFO)
+        halves = tuple(FORMATS[fm] for fm in OUT_FORMATS[1:])
+        ew = max(decode_exp_width((FORMATS["float32"],)), round_exp_width(halves))
+        lat = _OUT_DECODE_LATENCY + _OUT_ROUND_LATENCY
+        m.submodules.out_dec = dec = Decode(("float32",), sig_width=24, exp_width=ew,
+                                            latency=_OUT_DECODE_LATENCY)
+        m.submodules.out_round = rnd = FloatRound(halves, sig_width=24, exp_width=ew,
+                                                  latency=_OUT_ROUND_LATENCY)
+        m.d.comb += [dec.code.eq(word), dec.fmt.eq(0), rnd.i.eq(dec.o),
+                     rnd.fmt.eq(out_fmt_r - 1), rnd.saturate.eq(0),
+                     y_fifo.w_data.eq(Mux(out_fmt_r == 0, delay(m, word, lat, "y"),
+                                          rnd.code)),
+                     y_fifo.w_data[32].eq(delay(m, job_last, _BANK_READ_LATENCY + lat,
+                                                "y_last"))]
+        taken = take
+        for i in range(_BANK_READ_LATENCY + lat):
+            reg = Signal(name=f"y_taken_d{i + 1}")
+            m.d.sync += reg.eq(taken)
+            taken = reg
+        m.d.comb += y_fifo.w_en.eq(taken)
+        send = self.y.valid & self.y.ready
+        m.d.comb += [self.y.payload.y.eq(y_fifo.r_data[:32]),
+                     self.y.payload.last.eq(y_fifo.r_data[32]),
+                     self.y.valid.eq(y_fifo.r_rdy), y_fifo.r_en.eq(self.y.ready)]
+        m.d.sync += reserved.eq(reserved + take - send)
+        return m

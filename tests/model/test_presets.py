@@ -1,0 +1,38 @@
+"""The v2 engine presets: valid configurations whose steady state keeps at least 95% of the
+MAC peak at every bits 2..8 x block_size 16..256 point (the performance model's figure, which
+tests/rtl/test_matmul_nbits_v2.py holds exact against the RTL)."""
+
+from __future__ import annotations
+
+import pytest
+
+from qaccel.model.perf import nbits_v2_call
+from qaccel.model.presets import PRESETS, preset
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_steady_state_at_least_95_percent(name, capsys):
+    config = preset(name)
+    worst = min(nbits_v2_call(config, M=M, N=4096, K=4096, bits=bits,
+                              block_size=bs).steady_utilisation
+                for bits in range(2, 9) for bs in (16, 32, 64, 128, 256)
+                for M in (1, config.m_tile))
+    with capsys.disabled():
+        print(f"\n{name}: pe {config.pe} x simd {config.simd}, {config.scale_lanes} lanes, "
+              f"worst steady-state utilisation {worst:.3f}")
+    assert worst >= 0.95
+
+
+def test_gemv_4096_int4(capsys):
+    """The 4096 x 4096 int4 layer (block 32, M = 1): cycles and MAC/cycle per preset."""
+    for name in sorted(PRESETS):
+        c = nbits_v2_call(preset(name), M=1, N=4096, K=4096, bits=4, block_size=32)
+        with capsys.disabled():
+            print(f"\n{name}: {c.cycles} cycles, {c.macs_per_cycle:.2f} MAC/cycle of "
+                  f"{c.peak_per_cycle}, {sum(c.bytes.values())} bytes")
+        assert c.macs_per_cycle >= 0.95 * c.peak_per_cycle
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError, match="preset must be one of ecp5-25k, ecp5-85k, not 'x'"):
+        preset("x")

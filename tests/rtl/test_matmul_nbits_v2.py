@@ -1,0 +1,186 @@
+"""The MatMulNBits engine v2 (qaccel.rtl.matmul_nbits_v2) on Verilator through StreamSim: every
+``y`` word bit-exact with qaccel.model.nbits_hw.matmul_nbits_v2, in the engine's order, under
+random idle cycles and back-pressure on every stream, and its cycles without pauses."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+
+import numpy as np
+import pytest
+
+from qaccel.model.config import AccelConfig
+from qaccel.model.nbits import quantize_weights_nbits
+from qaccel.model.perf import nbits_v2_call
+from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2
+from qaccel.sim.elementwise_sim import design_key
+from qaccel.sim.nbits_jobs import NBitsJobV2, is_nan_code, nbits_job_v2
+from qaccel.sim.streamsim import Segment, StreamSim
+
+#: Engine shapes under test: pe 4 x simd 2 with row tiles of 3 (two lanes of 2 columns: the
+#: lanes stall on their accumulators at one row), pe 8 x simd 1 with tiles of 2 (one lane of
+#: 8 columns).
+SHAPES = {"p4s2t3": AccelConfig(pe=4, simd=2, m_tile=3, max_k=1024, max_block_size=256,
+                                float_path=False),
+          "p8s1t2": AccelConfig(pe=8, simd=1, m_tile=2, max_k=512, max_block_size=256,
+                                float_path=False)}
+
+_SIMS: dict[AccelConfig, StreamSim] = {}
+
+
+def engine(config: AccelConfig) -> StreamSim:
+    if config not in _SIMS:
+        unit = MatMulNBitsV2(config)
+        _SIMS[config] = StreamSim(unit, name="matmul_nbits_v2", design_key=design_key(unit))
+    return _SIMS[config]
+
+
+def make_job(config, bits, block_size, K, N, zp_kind, bias, M, seed=None) -> NBitsJobV2:
+    key = (bits, block_size, K, N, zp_kind, bias, M)
+    rng = np.random.default_rng(zlib.crc32(repr(key).encode()) if seed is None else seed)
+    W = rng.standard_normal((K, N)).astype(np.float32)
+    B, S, Z = quantize_weights_nbits(W, bits=bits, block_size=block_size,
+                                     symmetric=zp_kind == "none")
+    A = rng.standard_normal((M, K)).astype(np.float32)
+    A[:, : min(K, block_size)] *= 1e-3                 # a block of another scale
+    b = rng.standard_normal(N).astype(np.float32) if bias else None
+    job = nbits_job_v2(A, B, S, None if zp_kind == "none" else Z, None, b, K=K, N=N,
+                       bits=bits, block_size=block_size, accuracy_level=4, config=config)
+    job.meta["label"] = f"bits {bits} block {block_size} K {K} N {N} M {M} zp {zp_kind}" \
+                        f"{' bias' if bias else ''}"
+    job.meta["cycles"] = nbits_v2_call(config, M=M, N=N, K=K, bits=bits,
+                                       block_size=block_size).cycles
+    return job
+
+
+def segment(job: NBitsJobV2) -> Segment:
+    return Segment(job.inputs, job.regs, phases=[["start"], list(job.inputs)],
+                   expect={"y": len(job.y)})
+
+
+def check(job: NBitsJobV2, r):
+    """Every y word bit-exact (NaN == NaN), in order, exactly once; ``last`` on the last."""
+    label = job.meta["label"]
+    beats = np.asarray(r.outputs["y"], dtype=np.uint64).reshape(-1)
+    assert len(beats) == len(job.y), f"{label}: {len(beats)} y beats, expected {len(job.y)}"
+    got = (beats & 0xFFFFFFFF).astype(np.uint32)
+    fmt = job.regs["out_fmt"]
+    same = (got == job.y) | (is_nan_code(got, fmt) & is_nan_code(job.y, fmt)) | ~job.real
+    bad = np.flatnonzero(~same)
+    assert not bad.size, f"{label}: y differs at (row, column) " \
+                         f"{job.order[bad[:4]].tolist()}: {[hex(v) for v in got[bad[:4]]]} " \
+                         f"vs {[hex(v) for v in job.y[bad[:4]]]}"
+    last = (beats >> np.uint64(32)) & np.uint64(1)
+    assert last.tolist() == [0] * (len(job.y) - 1) + [1], f"{label}: last flags"
+
+
+def run_jobs(config, jobs, *, idle=0.0, backpressure=0.0, seed=1):
+    # a stream may wait a whole row tile (the next tile's rows wait for every column group)
+    watchdog = 10_000 + 4 * max(j.meta["cycles"] for j in jobs)
+    results = engine(config).run_segments([segment(j) for j in jobs], idle=idle,
+                                          backpressure=backpressure, seed=seed,
+                                          watchdog=watchdog)
+    for job, r in zip(jobs, results, strict=True):
+        check(job, r)
+    return results
+
+
+CASES = [
+    # bits, block_size, K, N, zp_kind, bias, M
+    (4, 32, 100, 5, "packed", True, 3),
+    (4, 16, 64, 8, "none", False, 1),
+    (2, 64, 200, 3, "packed", False, 2),
+    (3, 16, 50, 4, "packed", True, 4),
+    (5, 32, 96, 6, "none", True, 1),
+    (6, 128, 300, 2, "packed", False, 1),
+    (7, 16, 33, 5, "packed", True, 2),
+    (8, 256, 256, 4, "packed", True, 5),
+    (2, 16, 17, 9, "none", False, 4),
+]
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_bit_exact_under_pauses(shape):
+    """Every width, block sizes 16..256, zero points none/packed, bias or not, M 1..5 (whole
+    and partial row tiles), K and N not multiples of block_size / the group; random idle
+    cycles and back-pressure (0.3 / 0.3) on every stream; the jobs back to back in one run."""
+    config = SHAPES[shape]
+    run_jobs(config, [make_job(config, *c) for c in CASES], idle=0.3, backpressure=0.3,
+             seed=7)
+
+
+def test_no_pauses_and_heavy_pauses():
+    config = SHAPES["p8s1t2"]
+    jobs = [make_job(config, *c) for c in CASES[:4]]
+    run_jobs(config, jobs)
+    run_jobs(config, jobs, idle=0.8, backpressure=0.8, seed=3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_matrix(shape):
+    """bits 2..8 x block_size 16..256 x zero points none/packed x bias x M in {1, 3}."""
+    config = SHAPES[shape]
+    jobs = [make_job(config, bits, bs, min(2 * bs, config.max_k - bs) + 7, 2 * config.pe + 1,
+                     zp, bias, M)
+            for bits, bs, zp, bias, M in itertools.product(
+                range(2, 9), (16, 32, 64, 128, 256), ("none", "packed"), (False, True), (1, 3))]
+    run_jobs(config, jobs, idle=0.2, backpressure=0.2, seed=11)
+    print(f"\nv2 matrix {shape}: {len(jobs)} jobs passed")
+
+
+def test_illegal_shapes_are_rejected():
+    with pytest.raises(ValueError, match="pe must be even"):
+        MatMulNBitsV2(AccelConfig(pe=3, weight_bus_width=64))
+    with pytest.raises(TypeError, match="config must be an AccelConfig"):
+        MatMulNBitsV2("p4s2")
+    with pytest.raises(ValueError, match="K must be at most config.max_k"):
+        make_job(SHAPES["p8s1t2"], 4, 32, 600, 2, "none", False, 1)
+
+
+#: Calls whose cycles the performance model must give exactly: bits, block_size, K, N, M
+#: (one and several row tiles, a partial last tile, K not a multiple of the block, 2-bit
+#: words of two steps, 5..8-bit half-width groups).
+CYCLE_POINTS = [(4, 16, 64, 8, 1), (4, 32, 64, 16, 1), (4, 16, 128, 8, 2), (8, 16, 64, 8, 1),
+                (2, 16, 64, 8, 1), (4, 64, 200, 8, 1), (4, 16, 64, 8, 5), (3, 16, 300, 9, 4),
+                (8, 128, 256, 5, 2), (2, 32, 100, 17, 3), (6, 16, 48, 3, 7)]
+
+
+def call_cycles(config, points):
+    """Run ``points`` without pauses; return (point..., rtl cycles, model cycles, bound)."""
+    jobs = [make_job(config, b, bs, K, N, "packed", False, M) for b, bs, K, N, M in points]
+    rows = []
+    for (b, bs, K, N, M), r in zip(points, run_jobs(config, jobs), strict=True):
+        model = nbits_v2_call(config, M=M, N=N, K=K, bits=b, block_size=bs)
+        rows.append((b, bs, K, N, M, r.cycles, model.cycles, model.bound))
+    return rows
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_call_cycles(shape, capsys):
+    """qaccel.model.perf.nbits_v2_call equals the RTL's cycles, start to busy low."""
+    rows = call_cycles(SHAPES[shape], CYCLE_POINTS)
+    with capsys.disabled():
+        print(f"\n{shape}: bits block K N M  rtl model bound")
+        for row in rows:
+            print("  ", *row)
+    assert all(rtl == model for *_, rtl, model, _ in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_call_cycles_sweep(shape, capsys):
+    """Every bits 2..8 x block_size 16..256 point, M = 1, m_tile and m_tile + 1: the model
+    exact (the steady-state utilisation it implies is printed)."""
+    config = SHAPES[shape]
+    points = [(b, bs, min(3 * bs, config.max_k - bs) + 5, 3 * config.pe, M) for b in range(2, 9)
+              for bs in (16, 32, 64, 128, 256) for M in (1, config.m_tile, config.m_tile + 1)]
+    rows = call_cycles(config, points)
+    bad = [r for r in rows if r[5] != r[6]]
+    util = [nbits_v2_call(config, M=M, N=N, K=K, bits=b, block_size=bs).steady_utilisation
+            for b, bs, K, N, M in points]
+    with capsys.disabled():
+        print(f"\n{shape}: {len(rows) - len(bad)} of {len(rows)} calls exact; steady-state "
+              f"utilisation {min(util):.3f} .. {max(util):.3f}")
+    assert not bad, bad[:5]

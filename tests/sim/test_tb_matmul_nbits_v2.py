@@ -1,0 +1,237 @@
+# amaranth: UnusedElaboratable=no
+"""The MatMulNBits engine v2 through cocotb (sim/tb_matmul_nbits.py, sim/nbits_sim.py, the
+testbench v1 runs through): jobs back to back under random idle cycles and back-pressure,
+every ``y`` word bit-exact with qaccel.model.nbits_hw.matmul_nbits_v2 where ``job.real``,
+``last`` on each job's last beat only, on Verilator and on Icarus; a reset in the middle of a
+job leaves the engine idle and the next job exact; a hung engine fails on the watchdog.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+from qaccel.model.config import AccelConfig
+from qaccel.rtl.matmul_nbits import REGISTERS as V1_REGISTERS
+from qaccel.rtl.matmul_nbits import MatMulNBits
+from qaccel.rtl.matmul_nbits_v2 import REGISTERS, MatMulNBitsV2
+from qaccel.sim.nbits_sim import engine_ports, job_dict, nbits_name, run_nbits_cocotb
+from qaccel.sim.runner import SimulationFailed, missing_simulator
+from tests.rtl.test_matmul_nbits_v2 import make_job
+
+pytestmark = pytest.mark.sim
+
+#: pe 4 x simd 2, row tiles of 3: two scale lanes of 2 columns; 5..8-bit groups of 2 columns.
+CONFIG = AccelConfig(pe=4, simd=2, m_tile=3, max_k=1024, max_block_size=256,
+                     float_path=False)
+
+#: bits, block_size, K, N, zero points, bias, M: bits 2, 4, 8, blocks 16 and 64, M 1 and
+#: M > m_tile (partial row tiles), K not a multiple of the block, N not one of the group.
+CASES = [
+    (4, 16, 64, 8, "packed", True, 4),
+    (2, 64, 130, 5, "none", False, 1),
+    (8, 16, 40, 3, "packed", False, 5),
+    (2, 16, 50, 6, "packed", True, 3),
+    (8, 64, 100, 4, "none", True, 1),
+    (4, 64, 64, 3, "none", False, 2),
+]
+#: Icarus runs ~1k cycles/s through cocotb: three small jobs (K <= 64, N <= 8).
+ICARUS_CASES = [
+    (4, 16, 48, 5, "packed", True, 4),
+    (8, 64, 64, 3, "none", False, 1),
+    (2, 16, 32, 8, "none", True, 1),
+]
+#: The reset test: the same small shape four times (other data each time), reset early in
+#: the first job (while ``a`` is loading) and late in the third (with ``w``, ``s`` and ``y``
+#: each part way through: 38 of 96 weight words, 12 of 32 ``y`` beats at seed 5).
+RESET_CASE = (4, 16, 48, 5, "packed", True, 4)
+EARLY, LATE = 40, 560
+
+
+def needs(simulator: str):
+    reason = missing_simulator(simulator)
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+_ENGINES: dict[AccelConfig, MatMulNBitsV2] = {}
+
+
+def engine(config: AccelConfig = CONFIG) -> MatMulNBitsV2:
+    """One engine object per configuration, so its build is found once per session."""
+    if config not in _ENGINES:
+        _ENGINES[config] = MatMulNBitsV2(config)
+    return _ENGINES[config]
+
+
+def report(run, jobs, seconds):
+    print(f"\n{run.simulator}: {len(jobs)} v2 jobs, {sum(len(b) for b in run.beats)} y beats "
+          f"checked, cycles {run.cycles}; build {run.build_seconds:.1f} s "
+          f"({'compiled' if run.built else 'cached'}), simulation {run.sim_seconds:.1f} s, "
+          f"wall {seconds:.1f} s")
+
+
+def check_run(run, jobs):
+    """The run's words against ``job.y`` once more, outside the testbench: every real word
+    bit-exact, nothing lost or duplicated, ``last`` on each job's last beat only."""
+    assert run.checked
+    for job, y, beats, cycles, aborted in zip(jobs, run.y, run.beats, run.cycles, run.aborted,
+                                              strict=True):
+        label = job.meta["label"]
+        n = len(job.y) if aborted is None else aborted["y"]
+        assert len(beats) == len(y) == n, f"{label}: {len(beats)} y beats, expected {n}"
+        real = job.real[:n]
+        assert np.array_equal(y[real], job.y[:n][real]), label
+        last = [(b >> 32) & 1 for b in beats]
+        assert last == [0] * (n - 1) + [int(aborted is None)] * (n > 0), f"{label}: last flags"
+        assert (cycles is None) == (aborted is not None)
+        assert cycles is None or cycles > 0
+
+
+def test_engine_ports_and_job_dicts():
+    """What the testbench reads off each engine, the build names, the v2 job dict, and jobs
+    of the other engine refused before any build."""
+    v2 = engine()
+    assert dataclasses.astuple(engine_ports(v2)) == (REGISTERS, ("a", "w", "b", "s"), 1)
+    v1 = MatMulNBits(AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=False))
+    assert dataclasses.astuple(engine_ports(v1)) == (V1_REGISTERS, ("a", "w", "s", "z"), 2)
+    assert (nbits_name(v1), nbits_name(v2)) == ("matmul_nbits", "matmul_nbits_v2")
+
+    job = make_job(CONFIG, 4, 16, 40, 5, "none", True, 2)      # 2 groups of 4: 3 pad per row
+    d = job_dict(job, reset_after=50)
+    assert d["beats"] == len(d["y"]) == len(job.y) == 16 and d["reset_after"] == 50
+    assert set(d["regs"]) == set(REGISTERS) and set(d["inputs"]) == {"a", "w", "b", "s"}
+    assert [w is None for (w,) in d["y"]] == (~job.real).tolist() and (~job.real).sum() == 6
+    assert d["tags"][5] == "beat 5 (row 1, column 1)"
+    assert "b" not in job_dict(make_job(CONFIG, 4, 16, 40, 5, "none", False, 1))["inputs"]
+    assert job_dict(job, check=False)["y"] is None
+
+    with pytest.raises(ValueError, match="is a NBitsJobV2, engine MatMulNBits takes NBitsJob"):
+        run_nbits_cocotb(v1, [job])
+    with pytest.raises(ValueError, match="reset_after names jobs"):
+        run_nbits_cocotb(v2, [job], reset_after={1: 30})
+
+
+def run(jobs, simulator, **kw):
+    t0 = time.perf_counter()
+    r = run_nbits_cocotb(engine(), jobs, simulator=simulator, idle=0.3, backpressure=0.3,
+                         **kw)
+    seconds = time.perf_counter() - t0
+    check_run(r, jobs)
+    report(r, jobs, seconds)
+    return r
+
+
+@needs("verilator")
+def test_verilator_jobs_under_pauses():
+    jobs = [make_job(CONFIG, *c) for c in CASES]
+    run(jobs, "verilator", seed=7)
+
+
+@needs("icarus")
+def test_icarus_jobs_under_pauses():
+    jobs = [make_job(CONFIG, *c) for c in ICARUS_CASES]
+    run(jobs, "icarus", seed=7)
+
+
+@pytest.mark.parametrize("simulator", ["verilator", "icarus"])
+def test_reset_mid_job(simulator):
+    """``rst`` while beats are in flight, early (``a`` part loaded) and late (``w`` and ``s``
+    part taken, some ``y`` beats out, others computed and waiting): ``busy`` and ``y.valid``
+    low right after it, no ``y`` beat for the settle cycles, the beats before it a correct
+    prefix, and the fresh job after each reset bit-exact."""
+    if missing_simulator(simulator):
+        pytest.skip(missing_simulator(simulator))
+    jobs = [make_job(CONFIG, *RESET_CASE, seed=s) for s in range(4)]
+    for k, job in enumerate(jobs):
+        job.meta["label"] += f" seed {k}"
+    r = run(jobs, simulator, seed=5, reset_after={0: EARLY, 2: LATE})
+    assert r.records["test_jobs"]["resets"] == 2
+    early, late = r.aborted[0], r.aborted[2]
+    a_beats = len(jobs[0].inputs["a"])
+    assert early is not None and 0 < early["taken"]["a"] < a_beats and early["y"] == 0, early
+    assert late is not None and 0 < late["y"] < len(jobs[2].y), late
+    assert 0 < late["taken"]["w"] < len(jobs[2].inputs["w"]), late
+    assert 0 < late["taken"]["s"] < len(jobs[2].inputs["s"]), late
+    assert r.aborted[1] is None and r.aborted[3] is None
+    print(f"resets: early {early}, late {late}")
+
+
+@needs("verilator")
+def test_watchdog_fails_a_hung_engine():
+    """A job short of its last weight word never finishes: the watchdog fails the run
+    naming a stalled stream (``y`` or ``s``, both wait on the missing word) and the job,
+    instead of hanging."""
+    good = make_job(CONFIG, *ICARUS_CASES[1])
+    job = dataclasses.replace(good, inputs={**good.inputs, "w": good.inputs["w"][:-1]},
+                              meta={"label": "short of one w word"})
+    t0 = time.perf_counter()
+    with pytest.raises(SimulationFailed) as info:
+        run_nbits_cocotb(engine(), [good, job], simulator="verilator", idle=0.3,
+                         backpressure=0.3, seed=3, watchdog=1000)
+    message = str(info.value)
+    _drop_run_dir(message)
+    assert re.search(r"stream '[yabsw]' stalled for 1000 cycles", message), message
+    assert "job 1 of 2 'short of one w word'" in message, message
+    print(f"\nwatchdog fired; {time.perf_counter() - t0:.1f} s")
+
+
+@needs("verilator")
+def test_scoreboard_catches_a_corrupted_word():
+    """One bit flipped in one real expected word fails the run, naming the job, the beat and
+    its (row, column); the same flip in a padding word (not compared) does not."""
+    jobs = [make_job(CONFIG, *c) for c in ICARUS_CASES[:2]]
+    job = jobs[0]                             # N 5 in groups of 4: words 4k+1..3 of group 1
+    pad = int(np.flatnonzero(~job.real)[0])
+    real = pad - 1
+    bad = job.y.copy()
+    bad[real] ^= 1
+    with pytest.raises(SimulationFailed) as info:
+        run_nbits_cocotb(engine(), [jobs[1], dataclasses.replace(job, y=bad)],
+                         simulator="verilator", idle=0.3, backpressure=0.3, seed=3)
+    message = str(info.value)
+    _drop_run_dir(message)
+    row, col = job.order[real]
+    assert f"job 1 of 2 '{job.meta['label']}' beat {real} (row {row}, column {col})" \
+        in message, message
+    padding = job.y.copy()
+    padding[pad] ^= 0x5A5A
+    r = run_nbits_cocotb(engine(), [dataclasses.replace(job, y=padding)],
+                         simulator="verilator", idle=0.3, backpressure=0.3, seed=3)
+    assert r.y[0][pad] != padding[pad]
+
+
+def _drop_run_dir(message: str) -> None:
+    kept = re.search(r"run dir (\S+)\)", message)             # a failed run keeps its folder
+    if kept and "capture" in kept[1]:
+        shutil.rmtree(kept[1], ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_verilator_matrix():
+    """bits 2..8 x block_size 16, 64, 256 x zero points none/packed, bias and M in {1, 4}
+    taking turns, K = 2 block_size + 7, N = 2 pe + 1; back to back under pauses, with two
+    resets (one early, one late) among them."""
+    combos = itertools.product(range(2, 9), (16, 64, 256), ("none", "packed"))
+    jobs = [make_job(CONFIG, bits, bs, 2 * bs + 7, 2 * CONFIG.pe + 1, zp, bool(i % 2),
+                     (1, 4)[i // 2 % 2])
+            for i, (bits, bs, zp) in enumerate(combos)]
+    r = run(jobs, "verilator", seed=11, reset_after={3: 100, 22: 5000})
+    assert r.aborted[3] is not None and r.aborted[22] is not None, r.aborted
+
+
+@pytest.mark.slow
+def test_icarus_larger_jobs():
+    """Bigger jobs on Icarus (K up to 300, all widths 2..8, tiles of 3 + 2 rows)."""
+    jobs = [make_job(CONFIG, bits, bs, K, 9, zp, bias, M)
+            for bits, bs, K, zp, bias, M in [(2, 64, 300, "packed", True, 5),
+                                             (3, 32, 200, "none", False, 2),
+                                             (5, 16, 100, "packed", True, 4),
+                                             (6, 128, 256, "none", True, 1),
+                                             (7, 16, 60, "packed", False, 3)]]
+    run(jobs, "icarus", seed=13)
