@@ -135,13 +135,14 @@ class MatMulNBitsV2(wiring.Component):
         ``start``: ``start`` to the first tile's row-quantiser start (the sizing states);
         ``issue``: the quantiser's ``busy`` low to the first weight step; ``to_lane``: a
         step's issue to its MAC beat, plus the block sums' register (where the block's
-        activation scale and sum join them), without the MAC latency; ``bank``: a
+        activation scale and sum join them) and the lanes' skid register, without the MAC
+        latency; ``bank``: a
         lane result to its bank being readable; ``out``: a bank word taken to its ``y`` beat
         (the bank's registered read, the float16 / bfloat16 rounding and the ``y`` FIFO);
         ``next_tile``: a tile's last bank word taken to the next tile's quantiser start;
         ``done``: the last ``y`` beat to ``busy`` low; and the units' ``mac``, ``lane``,
         ``recurrence`` and the row quantiser's ``quantizer`` latency."""
-        return {"start": 3, "issue": 2, "to_lane": 2, "bank": 1,
+        return {"start": 3, "issue": 2, "to_lane": 3, "bank": 1,
                 "out": _BANK_READ_LATENCY + _OUT_DECODE_LATENCY + _OUT_ROUND_LATENCY + 2,
                 "next_tile": 4,
                 "done": 1, "mac": self._mac.latency, "lane": self._lanes[0].latency,
@@ -356,11 +357,17 @@ class MatMulNBitsV2(wiring.Component):
             m.d.sync += [ob.eq(0), orow.eq(0), out_groups.eq(0), read_groups.eq(0)]
 
         # -- the lanes: each MAC result as J terms per lane, in lock step -----------------------
+        # (through a two-entry skid register, so that the lanes' ready, which depends on
+        # their accumulator scoreboard, does not reach back into the MAC hand-off)
         need_s = head_row == 0
         need_b = bias_r & head_first & (head_row == 0)
-        ready_all = self._lanes[0].i.ready
         valid_all = head_valid & (~need_s | self.s.valid) & (~need_b | self.b.valid)
-        m.d.comb += [go.eq(valid_all & ready_all),
+        terms = data.ArrayLayout(self._lanes[0].i.payload.shape(), F)
+        term_in = Signal(terms)
+        main, spare = Signal(terms), Signal(terms)
+        main_valid, spare_valid = Signal(), Signal()
+        pop = main_valid & self._lanes[0].i.ready
+        m.d.comb += [go.eq(valid_all & ~spare_valid),
                      self.s.ready.eq(go & need_s), self.b.ready.eq(go & need_b)]
         with m.If(go):
             m.d.sync += j.eq(Mux(j == J - 1, 0, j + 1))
@@ -386,13 +393,23 @@ class MatMulNBitsV2(wiring.Component):
                 for jj in range(J):
                     with m.Case(jj):
                         m.d.comb += isum.eq(head_isum[f + F * jj])
-            li = lane.i.payload
+            li = term_in[f]
             m.d.comb += [li.isum.eq(isum), li.asum.eq(head_blk.asum), li.sa.eq(head_blk.sa),
                          li.sb.eq(cur.scale), li.zp.eq(cur.zp),
                          li.bias.eq(Mux(bias_r, cur.bias, 0)),
                          li.first.eq(head_first), li.last.eq(head_last),
                          li.addr.eq(head_row * J + j),
-                         lane.i.valid.eq(valid_all)]
+                         lane.i.payload.eq(main[f]), lane.i.valid.eq(main_valid)]
+        with m.If(pop):
+            with m.If(spare_valid):
+                m.d.sync += [main.eq(spare), spare_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [main.eq(term_in), main_valid.eq(go)]
+        with m.Elif(go):
+            with m.If(main_valid):
+                m.d.sync += [spare.eq(term_in), spare_valid.eq(1)]
+            with m.Else():
+                m.d.sync += [main.eq(term_in), main_valid.eq(1)]
 
         # -- lane outputs into two banks; the y path reads a full bank row by row ---------------
         depth = 1 << _log2(T * J)
