@@ -41,6 +41,13 @@ def check_int(param: str, value, lo: int | None = None, hi: int | None = None) -
     return v
 
 
+def check_bool(param: str, value) -> bool:
+    """Return ``value`` if it is a bool; TypeError naming ``param`` otherwise."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{param} must be a bool, not {value!r}")
+    return value
+
+
 def check_int_choice(param: str, value, choices) -> int:
     """Return ``value`` as an int if it is one of ``choices``; TypeError/ValueError naming
     ``param`` (and the choices) otherwise."""

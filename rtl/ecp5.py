@@ -39,6 +39,8 @@ from amaranth.hdl import (
     unsigned,
 )
 
+from qaccel.model.validate import check_bool
+
 __all__ = ["DP16KD_DEPTH", "DP16KD_WIDTH", "MULT_WIDTH", "PRODUCT_24X24_LATENCY",
            "dp16kd_sdp", "mult18x18d", "product_24x24", "registered_product"]
 
@@ -107,8 +109,7 @@ def registered_product(m: Module, a, b, *, ecp5: bool, name: str) -> Signal:
     its behavioural twin of the same timing and value (``a`` and ``b`` registered, their
     product registered; Yosys maps the ``*`` onto one MULT18X18D, unregistered). Operands of
     up to 18 bits each; the result has ``a * b``'s shape (at most 36 bits)."""
-    if not isinstance(ecp5, bool):
-        raise TypeError(f"ecp5 must be a bool, not {ecp5!r}")
+    check_bool("ecp5", ecp5)
     a, b = _check_operands(a, b)
     if ecp5:
         return mult18x18d(m, a, b, name=name)

@@ -11,6 +11,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from qaccel.model.validate import check_bool
+
 __all__ = ["Fp32Add", "leading_zeros", "lz_merge", "reg", "shift_window", "trailing_zeros"]
 
 _FRAC = 23                    # float32 fraction bits
@@ -137,8 +139,7 @@ class Fp32Add(wiring.Component):
     LATENCY = 8
 
     def __init__(self, sub: bool = False):
-        if not isinstance(sub, bool):
-            raise TypeError(f"sub must be a bool, not {sub!r}")
+        check_bool("sub", sub)
         self._sub = sub
         super().__init__({"a": In(unsigned(32)), "b": In(unsigned(32)),
                           "y": Out(unsigned(32))})

@@ -7,6 +7,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from qaccel.model.validate import check_bool
 from qaccel.rtl.ecp5 import PRODUCT_24X24_LATENCY, product_24x24
 from qaccel.rtl.fp32_add import INF, leading_zeros, lz_merge, reg, shift_window, trailing_zeros
 from qaccel.rtl.pipeline import delay
@@ -105,10 +106,8 @@ class Fp32Mul(wiring.Component):
     """
 
     def __init__(self, dsp: bool = False, ecp5: bool = False):
-        if not isinstance(dsp, bool):
-            raise TypeError(f"dsp must be a bool, not {dsp!r}")
-        if not isinstance(ecp5, bool):
-            raise TypeError(f"ecp5 must be a bool, not {ecp5!r}")
+        check_bool("dsp", dsp)
+        check_bool("ecp5", ecp5)
         self._dsp = dsp
         self._ecp5 = ecp5
         super().__init__({"a": In(unsigned(32)), "b": In(unsigned(32)),

@@ -10,6 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import AccelConfig
 from qaccel.model.floatfmt import FORMATS
+from qaccel.model.validate import check_bool
 from qaccel.rtl.decode import Decode
 from qaccel.rtl.decode import min_exp_width as decode_exp_width
 from qaccel.rtl.float_round import FloatRound
@@ -84,8 +85,7 @@ class MatMulNBitsV2(wiring.Component):
 
     def __init__(self, config: AccelConfig | None = None, *, ecp5: bool = False):
         config = AccelConfig() if config is None else config
-        if not isinstance(ecp5, bool):
-            raise TypeError(f"ecp5 must be a bool, not {ecp5!r}")
+        check_bool("ecp5", ecp5)
         if not isinstance(config, AccelConfig):
             raise TypeError(f"config must be an AccelConfig, not {config!r}")
         if config.pe % 2:

@@ -16,7 +16,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from qaccel.model.validate import check_int, check_int_choice
+from qaccel.model.validate import check_bool, check_int, check_int_choice
 from qaccel.rtl.ecp5 import registered_product
 from qaccel.rtl.mac_array import signed_width
 
@@ -188,8 +188,7 @@ class PackedMacArray(wiring.Component):
         slots = pe // 2 * simd
         self._dsp_pairs = slots if dsp_pairs is None else check_int("dsp_pairs", dsp_pairs,
                                                                     0, slots)
-        if not isinstance(ecp5, bool):
-            raise TypeError(f"ecp5 must be a bool, not {ecp5!r}")
+        check_bool("ecp5", ecp5)
         self._ecp5 = ecp5
         self._levels = simd.bit_length() - 1
         self._acc_width = signed_width(-128 * 15 * max_block, 127 * 15 * max_block)

@@ -16,7 +16,7 @@ from amaranth.hdl import (
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from qaccel.model.validate import check_int, check_int_choice
+from qaccel.model.validate import check_bool, check_int, check_int_choice
 from qaccel.rtl.ecp5 import DP16KD_DEPTH, dp16kd_sdp, product_24x24
 from qaccel.rtl.pipeline import delay
 
@@ -145,8 +145,7 @@ class RowQuantizer(wiring.Component):
 
     def __init__(self, *, max_block: int = 256, ecp5: bool = False):
         self._max_block = check_int_choice("max_block", max_block, MAX_BLOCKS)
-        if not isinstance(ecp5, bool):
-            raise TypeError(f"ecp5 must be a bool, not {ecp5!r}")
+        check_bool("ecp5", ecp5)
         if ecp5 and self.ring_depth > DP16KD_DEPTH:
             raise ValueError(f"ecp5 needs max_block <= 256 (the ring in one DP16KD), not "
                              f"{max_block}")

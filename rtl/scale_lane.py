@@ -8,7 +8,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from qaccel.model.validate import check_int
+from qaccel.model.validate import check_bool, check_int
 from qaccel.rtl.fp32_add import Fp32Add
 from qaccel.rtl.fp32_mul import Fp32Mul
 from qaccel.rtl.pipeline import delay
@@ -160,8 +160,7 @@ class ScaleLane(wiring.Component):
         self._depth = check_int("depth", depth, 1, MAX_DEPTH)
         self._isum_width = check_int("isum_width", isum_width, 2, 40)
         self._asum_width = check_int("asum_width", asum_width, 2, 32)
-        if not isinstance(ecp5, bool):
-            raise TypeError(f"ecp5 must be a bool, not {ecp5!r}")
+        check_bool("ecp5", ecp5)
         self._ecp5 = ecp5
         self._addr_width = max(1, (depth - 1).bit_length())
         self._mul1, self._mul2, self._adder = _mul(ecp5), _mul(ecp5), _add()
