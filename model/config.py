@@ -6,10 +6,13 @@ elaboration-time parameters only: what an instance *can* do. What a job does (wh
 carried formats, granularity, axis, block size, shapes) is chosen at run time through the
 units' configuration registers, so one build serves many jobs.
 
-``AccelConfig()`` is the default instance: one lane, every format the golden model supports.
-It validates itself on construction (``TypeError`` / ``ValueError`` naming the field and the
-bad value), serialises to JSON (:meth:`AccelConfig.to_json`, :meth:`AccelConfig.from_json`)
-and has a stable :attr:`AccelConfig.slug` for build directories and caches.
+``AccelConfig()`` is the default instance: Quantize / Dequantize units of one lane carrying
+every format the golden model supports, and the MatMulNBits v2 engine of the ``ecp5-25k``
+preset (:mod:`qaccel.model.presets`: 32 columns x 1 K element, row tiles of 4, 12 of its 16
+MAC pairs on MULT18X18D, int8 path only). It validates itself on construction
+(``TypeError`` / ``ValueError`` naming the field and the bad value), serialises to JSON
+(:meth:`AccelConfig.to_json`, :meth:`AccelConfig.from_json`) and has a stable
+:attr:`AccelConfig.slug` for build directories and caches.
 """
 
 from __future__ import annotations
@@ -138,9 +141,11 @@ class AccelConfig:
         MatMulNBits engine: the largest run-time block_size (a power of two, 16 to 1024);
         it sizes the activation buffer and the integer block sums.
     float_path : bool
-        MatMulNBits engine: carry the float32 path (accuracy levels 0..3, float zero points)
-        beside the int8 path (accuracy level 4). Without it the engine is much smaller and
-        takes int8-path jobs only.
+        MatMulNBits engine v1: carry the float32 path (accuracy levels 0..3, float zero
+        points, g_idx) beside the int8 path (accuracy level 4). Without it the engine is much
+        smaller and takes int8-path jobs only. :class:`qaccel.RTL` runs float-path calls on
+        the v1 engine of a configuration with ``float_path`` (until the v2 engine's float
+        path lands) and refuses them without it.
     m_tile : int
         MatMulNBits engine v2 (docs/matmul_nbits_v2.md): rows of A that share each weight
         fetch (1..16); the on-chip activation buffer holds this many rows.
@@ -150,7 +155,15 @@ class AccelConfig:
     dsp_pairs : int or None
         MatMulNBits engine v2: how many of the ``pe * simd / 2`` two-MAC multiplier slots are
         built for DSP blocks (MULT18X18D); the rest are LUT shift-and-add multipliers.
-        None: all of them.
+        None: all of them. A budget: a value of at least ``pe * simd / 2`` also means all of
+        them and is stored as None (so ``AccelConfig(pe=4, simd=2)`` takes the default 12
+        and equals ``AccelConfig(pe=4, simd=2, dsp_pairs=None)``).
+
+    The MatMulNBits defaults are the ``ecp5-25k`` v2 engine (``pe`` 32, ``simd`` 1,
+    ``weight_bus_width`` 256, ``m_tile`` 4, ``max_k`` 4096, ``dsp_pairs`` 12, no float path).
+    The v1 engine (:class:`~qaccel.rtl.matmul_nbits.MatMulNBits`, the float path until v2's
+    lands) is far too large at that shape: give it a small configuration of its own, e.g.
+    ``AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True)``.
     """
 
     lanes: int = 1
@@ -165,16 +178,16 @@ class AccelConfig:
     size_width: int = 16
     count_width: int = 32
     divider_bits_per_stage: int = 1
-    pe: int = 4
-    simd: int = 8
-    weight_bus_width: int = 128
+    pe: int = 32
+    simd: int = 1
+    weight_bus_width: int = 256
     nbits: tuple[int, ...] = NBITS
     partial_sums: int = 8
     max_block_size: int = 256
-    float_path: bool = True
-    m_tile: int = 1
+    float_path: bool = False
+    m_tile: int = 4
     max_k: int = 4096
-    dsp_pairs: int | None = None
+    dsp_pairs: int | None = 12
     _slug: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -228,8 +241,9 @@ class AccelConfig:
         if mk & (mk - 1):
             raise ValueError(f"max_k must be a power of two from max_block_size ({mb}) to "
                              f"65536, not {mk}")
-        if self.dsp_pairs is not None:
-            check_int("dsp_pairs", self.dsp_pairs, 0, self.pe * self.simd // 2)
+        if self.dsp_pairs is not None and check_int("dsp_pairs", self.dsp_pairs, 0) >= \
+                self.pe * self.simd // 2:
+            set_(self, "dsp_pairs", None)       # a budget covering every slot: all of them
         for x in self.q_inputs:
             for s in self.scales:
                 need = self.division_type(x, s)

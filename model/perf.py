@@ -444,8 +444,10 @@ def _lane_schedule(first: int, groups: int, kb: int, R: int, bpb: int, J: int,
 def _v2_engine(config: AccelConfig):
     """(timing, lanes, row quantiser) of the v2 engine of ``config`` (built, not elaborated)."""
     from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2
+    from qaccel.sim.runner import mark_elaborated
 
     engine = MatMulNBitsV2(config)
+    mark_elaborated(engine)            # read for its figures only, never elaborated
     return engine.timing, engine.lanes, engine.row_quantizer
 
 

@@ -5,10 +5,11 @@ name. The figures they are sized for (LUT4, MULT18X18D, DP16KD, Fmax after place
 are measured with the project's own flow (``qaccel.synth.synthesize``) and listed in
 docs/matmul_nbits_v2.md.
 
-* ``ecp5-25k`` (LFE5U-25F: 24,288 LUT4, 28 MULT18X18D, 56 DP16KD): 32 MACs per cycle at 2..4
-  bits (16 at 5..8), one column of weights per MAC and cycle, two float lanes, row tiles of
-  4. Its 28 multipliers: 16 in the two lanes' float32 multipliers, 4 in the activation
-  quantiser, 8 holding two MACs each; the other 16 MACs are LUT multipliers.
+* ``ecp5-25k`` (LFE5U-25F: 24,288 LUT4, 28 MULT18X18D, 56 DP16KD), the default
+  ``AccelConfig()``: 32 MACs per cycle at 2..4 bits (16 at 5..8), one column of weights
+  per MAC and cycle, two float lanes, row tiles of 4. Its 28 multipliers: 16 in the two
+  lanes' float32 multipliers, 4 in the activation quantiser, 8 holding two MACs each; the
+  other 16 MACs are LUT multipliers.
 * ``ecp5-85k`` (LFE5U-85F: 83,640 LUT4, 156 MULT18X18D, 208 DP16KD): 128 MACs per cycle at
   2..4 bits, eight float lanes, every MAC pair on a multiplier.
 """
@@ -17,14 +18,13 @@ from __future__ import annotations
 
 from .config import AccelConfig
 
-__all__ = ["PRESETS", "preset"]
+__all__ = ["PRESETS", "TARGET_PRESETS", "preset", "target_preset"]
 
-_ENGINE = dict(simd=1, m_tile=4, max_k=4096, max_block_size=256, float_path=False)
-
-#: The presets by name (the synthesis target each is sized for).
+#: The presets by name (the synthesis target each is sized for). ``ecp5-25k`` is the default
+#: configuration, ``AccelConfig()``.
 PRESETS: dict[str, AccelConfig] = {
-    "ecp5-25k": AccelConfig(pe=32, weight_bus_width=256, dsp_pairs=12, **_ENGINE),
-    "ecp5-85k": AccelConfig(pe=128, weight_bus_width=1024, **_ENGINE),
+    "ecp5-25k": AccelConfig(),
+    "ecp5-85k": AccelConfig(pe=128, weight_bus_width=1024, dsp_pairs=None),
 }
 
 
@@ -33,3 +33,23 @@ def preset(name: str) -> AccelConfig:
     if name not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, not {name!r}")
     return PRESETS[name]
+
+
+#: The preset to build for each synthesis target (:data:`qaccel.synth.TARGETS`) that one fits:
+#: the LFE5U-45F gets the 25F's engine (the 85F's does not fit its 72 MULT18X18D). Targets
+#: left out (the iCE40 UP5K) fit no MatMulNBits engine preset.
+TARGET_PRESETS: dict[str, str] = {
+    "ecp5-25k": "ecp5-25k",
+    "ecp5-45k": "ecp5-25k",
+    "ecp5-85k": "ecp5-85k",
+}
+
+
+def target_preset(target: str) -> str:
+    """Return the name of the preset sized for the synthesis ``target``; ValueError saying
+    that no preset fits a target outside :data:`TARGET_PRESETS`."""
+    if target not in TARGET_PRESETS:
+        fits = ", ".join(f"{t} ({n})" for t, n in TARGET_PRESETS.items())
+        raise ValueError(f"no MatMulNBits engine preset fits target {target!r}; presets are "
+                         f"sized for {fits}")
+    return TARGET_PRESETS[target]

@@ -7,17 +7,28 @@
                                 one operator call on the simulated RTL, with its cycle report
     qaccel sim matmul-nbits     MatMulNBits on the simulated engine: cycles, MAC utilisation,
                                 bit-exactness, error against the golden model and ORT
-    qaccel synth                a unit's LUT/FF/DSP/BRAM, Fmax and throughput in real units;
-                                --packing: the MAC array's MACs per DSP per weight width
+    qaccel perf                 the MatMulNBits v2 performance model per bits x block size of
+                                an M x K x N call: cycles, MAC/cycle, bound, bytes, time and
+                                tokens/s on chip and memory bound (--fmax, --memory-gbps)
+    qaccel synth                a unit's LUT/FF/DSP/BRAM, Fmax and throughput in real units
+                                (matmul_nbits: the v2 engine, by default the preset sized for
+                                --target; GMAC/s, GMAC/s per kLUT, tokens/s on chip and memory
+                                bound); --packing: the MAC array's MACs per DSP per weight width
     qaccel sweep                the performance model (and --synth) over bits x block size x
                                 shapes x targets, resumable, local processes or a Dask cluster
     qaccel report SWEEP         PNG plots of a sweep: throughput vs bits per block size,
                                 roofline, throughput vs LUTs and DSPs (synthesised sweeps)
+    qaccel verilog              the units' Verilog and a JSON description
+
+sim, perf, synth, sweep and verilog take the hardware configuration as --config FILE (an
+AccelConfig JSON file) or --preset NAME (qaccel.model.presets: ecp5-25k, ecp5-85k), not both.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 
 from qaccel.model.config import ZERO_POINTS
@@ -73,6 +84,56 @@ def _demo(args) -> int:
     return demo.main(quick=args.quick)
 
 
+def _preset_name(text: str) -> str:
+    """``--preset``: a name of :data:`qaccel.model.presets.PRESETS`."""
+    from qaccel.model.presets import preset
+
+    try:
+        preset(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _add_config_options(p: argparse.ArgumentParser, default: str = "AccelConfig()") -> None:
+    """``--config FILE`` or ``--preset NAME`` (one of them at most)."""
+    from qaccel.model.presets import PRESETS
+
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--config", help=f"an AccelConfig JSON file (default: {default})")
+    g.add_argument("--preset", type=_preset_name,
+                   help=f"a named engine configuration instead: {', '.join(PRESETS)} "
+                        "(qaccel.model.presets)")
+
+
+def _config(args, command: str):
+    """Return the AccelConfig of ``--preset`` or ``--config``, else ``AccelConfig()``; a file
+    that cannot be read or is not a valid configuration exits with
+    ``qaccel <command>: --config FILE: <why>``."""
+    from qaccel.model.config import AccelConfig
+    from qaccel.model.presets import preset
+
+    if args.preset:
+        return preset(args.preset)
+    if not args.config:
+        return AccelConfig()
+    try:
+        return AccelConfig.load(args.config)
+    except json.JSONDecodeError as e:
+        why = f"not JSON ({e})"
+    except OSError as e:
+        why = e.strerror or str(e)
+    except (TypeError, ValueError) as e:
+        why = str(e)
+    raise SystemExit(f"qaccel {command}: --config {args.config}: {why}")
+
+
+#: ``--memory-gbps`` default: a 16-bit DDR3-800 interface (as
+#: :data:`qaccel.hwreport.MEMORY_GBPS`, not imported here to keep parsing light).
+MEMORY_GBPS = 1.6
+_MEMORY_HELP = (f"external memory bandwidth in GB/s for the memory-bound figures (default "
+                f"{MEMORY_GBPS:g}: 16-bit DDR3-800 as on common ECP5 boards)")
+
 #: Output beats from which ``qaccel sim`` shows a progress bar.
 PROGRESS_MIN_BEATS = 20_000
 
@@ -94,11 +155,10 @@ def _sim(args) -> int:
     import numpy as np
 
     from qaccel.engine import RTL, RTLMismatchError, example_call
-    from qaccel.model.config import AccelConfig
     from qaccel.model.dtypes import dtype_name
 
+    config = _config(args, "sim")
     try:
-        config = AccelConfig.load(args.config) if args.config else AccelConfig()
         if args.lanes is not None:
             config = config.replace(lanes=args.lanes)
         call, kwargs = example_call(args.op, args.shape, dtype=args.dtype,
@@ -156,11 +216,10 @@ def _sim(args) -> int:
 
 def _sim_nbits(args) -> int:
     from qaccel.engine import RTL
-    from qaccel.model.config import AccelConfig
     from qaccel.nbits_sim import nbits_example, run_report
 
+    config = _config(args, "sim")
     try:
-        config = AccelConfig.load(args.config) if args.config else AccelConfig()
         call = nbits_example(K=args.K, N=args.N, M=args.M, bits=args.bits,
                              block_size=args.block_size or 32, zero_points=args.zero_points,
                              bias=args.bias, seed=args.seed)
@@ -193,19 +252,105 @@ def _int_list(text: str) -> list[int]:
     return out
 
 
+def _bits_list(text: str) -> list[int]:
+    """``--bits``: weight widths, each 2..8."""
+    bits = _int_list(text)
+    if bad := [b for b in bits if not 2 <= b <= 8]:
+        raise argparse.ArgumentTypeError(f"weight bits are 2..8, not {bad[0]} (in {text!r})")
+    return bits
+
+
+def _block_list(text: str) -> list[int]:
+    """``--block-size``: block sizes, each a power of two from 16."""
+    sizes = _int_list(text)
+    if bad := [b for b in sizes if b < 16 or b & (b - 1)]:
+        raise argparse.ArgumentTypeError(
+            f"block sizes are powers of two from 16, not {bad[0]} (in {text!r})")
+    return sizes
+
+
+def _count(text: str) -> int:
+    """A dimension (``--M``, ``--K``, ``--N``): an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, not {text!r}")
+    return value
+
+
+def _positive(text: str) -> float:
+    """``--fmax``, ``--memory-gbps``: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, not {text!r}")
+    return value
+
+
+def _check_settings(config, args, command: str) -> None:
+    """Exit naming a ``--bits`` width the configuration does not carry or a
+    ``--block-size`` above its ``max_block_size``."""
+    if bad := [b for b in args.bits or () if b not in config.nbits]:
+        raise SystemExit(f"qaccel {command}: --bits {bad[0]} is not among the engine's widths "
+                         f"{', '.join(map(str, config.nbits))} (nbits)")
+    if bad := [b for b in args.block_size or () if b > config.max_block_size]:
+        raise SystemExit(f"qaccel {command}: --block-size {bad[0]} is above the engine's "
+                         f"max_block_size {config.max_block_size}")
+
+
 def _perf(args) -> int:
-    from qaccel.model.config import AccelConfig
+    from qaccel import hwreport
+    from qaccel.model.config import int8_path
+
+    config = _config(args, "perf")
+    _check_settings(config, args, "perf")
+    if not int8_path(args.level, float_zero_points=args.zero_points == "float", g_idx=False):
+        return _perf_float(args, config)
+    try:
+        rates = hwreport.engine_rates(
+            config, args.fmax, layer=(args.K, args.N), M=args.M, bits=args.bits,
+            block_sizes=args.block_size, memory_gbps=args.memory_gbps, bias=args.bias)
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"qaccel perf: {e}") from None
+    memory = (f"{args.memory_gbps:g} GB/s of memory"
+              + (f" ({hwreport.MEMORY_NOTE})" if args.memory_gbps == hwreport.MEMORY_GBPS
+                 else ""))
+    print(f"MatMulNBits on the v2 engine, accuracy_level {args.level} (int8 path), "
+          f"{args.zero_points} zero points{', bias' if args.bias else ''}: a call of "
+          f"{args.M} x {args.K} by {args.K} x {args.N} (M x K by K x N) at {args.fmax:g} MHz "
+          f"with {memory}")
+    print(hwreport.engine_summary(config))
+    print(hwreport.format_rates(rates))
+    print("steady: share of the peak in the steady state; bound: what sets a block (compute, "
+          "lanes, accumulator),\n', memory' when the memory is slower than the chip; bytes: "
+          f"every stream of the call (weights once per row tile of {config.m_tile} rows);\n"
+          "tokens/s: M / time of the call")
+    return 0
+
+
+def _perf_float(args, config) -> int:
+    """The float path (accuracy_level 0..3 or float zero points): the v1 engine's model."""
     from qaccel.model.perf import nbits_call
 
+    if not config.float_path:
+        raise SystemExit(
+            f"qaccel perf: accuracy_level {args.level} with {args.zero_points} zero points "
+            "takes the float path, which the v2 engine does not have yet and this "
+            "configuration leaves out of v1 (float_path false); use --level 4 (the int8 "
+            "path), or a --config with float_path true for the v1 engine's model")
     try:
-        config = AccelConfig.load(args.config) if args.config else AccelConfig()
         calls = [nbits_call(config, M=args.M, N=args.N, K=args.K, bits=b, block_size=bs,
                             zero_points=args.zero_points, accuracy_level=args.level,
                             bias=args.bias)
                  for b in args.bits for bs in args.block_size]
-    except (OSError, TypeError, ValueError) as e:
+    except (TypeError, ValueError) as e:
         raise SystemExit(f"qaccel perf: {e}") from None
-    print(f"MatMulNBits per pass (one row x {config.pe} columns, steady state) and per call "
+    print(f"the v1 engine's float path (v2 has none yet): MatMulNBits per pass (one row x "
+          f"{config.pe} columns, steady state) and per call "
           f"({args.M} x {args.K} by {args.K} x {args.N}: fill, passes, drain), "
           f"accuracy_level {args.level}, {args.zero_points} zero points"
           f"{', bias' if args.bias else ''}; engine pe {config.pe} x simd {config.simd}, "
@@ -227,21 +372,43 @@ def _layer(text: str) -> tuple[int, int]:
     return shape
 
 
+def _synth_config(args, target: str):
+    """The configuration ``qaccel synth`` builds: ``--preset`` / ``--config``; for the
+    MatMulNBits engine without either, the preset sized for ``target``
+    (:data:`qaccel.model.presets.TARGET_PRESETS`); else ``AccelConfig()``. Returns
+    ``(config, what)``, ``what`` naming where it came from."""
+    from qaccel.model.presets import preset, target_preset
+
+    if args.unit == "matmul_nbits" and not (args.config or args.preset):
+        try:
+            name = target_preset(target)
+        except ValueError as e:
+            raise SystemExit(f"qaccel synth: {e}; give --config with an engine sized by "
+                             "hand") from None
+        return preset(name), f"preset {name}" + (f" for {target}" if name != target else "")
+    what = (f"preset {args.preset}" if args.preset else args.config if args.config
+            else "AccelConfig()")
+    return _config(args, "synth"), what
+
+
 def _synth(args) -> int:
     from qaccel import hwreport
-    from qaccel.model.config import AccelConfig
     from qaccel.synth import DesignDoesNotFitError, SynthToolError, SynthToolNotFoundError
 
     target = args.target or "ecp5-25k"
     try:
         if args.packing:
             return _synth_packing(args)
-        config = AccelConfig.load(args.config) if args.config else AccelConfig()
-        print(f"synthesising {args.unit} for {target} (a cached result is reused)...",
-              file=sys.stderr, flush=True)
+        config, what = _synth_config(args, target)
+        if args.unit == "matmul_nbits":
+            _check_settings(config, args, "synth")
+        engine = "v2 engine, " if args.unit == "matmul_nbits" else ""
+        print(f"synthesising {args.unit} ({engine}{what}) for {target} (a cached result is "
+              "reused)...", file=sys.stderr, flush=True)
         report = hwreport.hw_report(config, unit=args.unit, target=target, seed=args.seed,
                                     freq_mhz=args.freq, layer=args.layer, bits=args.bits,
-                                    block_sizes=args.block_size)
+                                    block_sizes=args.block_size,
+                                    memory_gbps=args.memory_gbps)
     except (OSError, TypeError, ValueError) as e:
         raise SystemExit(f"qaccel synth: {e}") from None
     except (SynthToolError, SynthToolNotFoundError) as e:
@@ -270,10 +437,9 @@ def _synth_packing(args) -> int:
 
 def _sweep(args) -> int:
     from qaccel import sweep
-    from qaccel.model.config import AccelConfig
 
+    base = _config(args, "sweep")
     try:
-        base = AccelConfig.load(args.config) if args.config else AccelConfig()
         result = sweep.run_sweep(
             args.output, unit=args.unit, targets=args.target, pe=args.pe, simd=args.simd,
             lanes=args.lanes, bits=args.bits, block_sizes=args.block_size, base=base,
@@ -300,9 +466,8 @@ def _report(args) -> int:
 
 def _verilog(args) -> int:
     from qaccel.emit import write_verilog
-    from qaccel.model.config import AccelConfig
 
-    config = AccelConfig.load(args.config) if args.config else AccelConfig()
+    config = _config(args, "verilog")
     for path in write_verilog(config, args.output, ops=args.ops):
         print(path)
     return 0
@@ -344,8 +509,9 @@ def main(argv=None) -> int:
     p.add_argument("--simulator", choices=["verilator", "icarus"], default="verilator")
     p.add_argument("--harness", choices=["auto", "cocotb", "stream"], default="auto",
                    help="cocotb testbench or the C++ stream loop (auto: the loop on Verilator)")
-    p.add_argument("--config", help="an AccelConfig JSON file (default: AccelConfig())")
-    p.add_argument("--lanes", type=int, help="elements per beat (overrides --config)")
+    _add_config_options(p)
+    p.add_argument("--lanes", type=int, help="elements per beat (overrides --config / "
+                                             "--preset)")
     p.add_argument("--idle", type=float, default=0.0, help="idle probability per cycle on x")
     p.add_argument("--backpressure", type=float, default=0.0,
                    help="back-pressure probability per cycle on y")
@@ -362,22 +528,28 @@ def main(argv=None) -> int:
     g.add_argument("--bias", action="store_true", help="add a bias")
     p.set_defaults(func=_sim)
 
-    p = sub.add_parser("perf", help="the MatMulNBits performance model: cycles, MAC/cycle, "
-                                    "utilisation and bound per bits / block_size setting, "
-                                    "per pass and per M x K x N call")
-    p.add_argument("--bits", type=_int_list, default=list(range(2, 9)),
-                   help="weight bits, e.g. 2..8 (default) or 4,8")
-    p.add_argument("--block-size", type=_int_list, default=[16, 32, 64, 128, 256],
-                   help="block sizes, e.g. 16,32,64 (default 16..256 powers of two)")
-    p.add_argument("--K", type=int, default=1024, help="inner dimension (default 1024)")
-    p.add_argument("--N", type=int, default=1024,
+    p = sub.add_parser("perf", help="the MatMulNBits performance model per bits / block_size "
+                                    "setting of an M x K x N call: cycles, MAC/cycle, steady "
+                                    "utilisation, bound, bytes, time and tokens/s on chip and "
+                                    "memory bound (v2 engine; the float path: v1's model)")
+    p.add_argument("--bits", type=_bits_list, default=list(range(2, 9)),
+                   help="weight bits, 2..8 (default) or e.g. 4,8")
+    p.add_argument("--block-size", type=_block_list, default=[16, 32, 64, 128, 256],
+                   help="block sizes, powers of two from 16 up to the engine's "
+                        "max_block_size, e.g. 16,32,64 (default 16..256 powers of two)")
+    p.add_argument("--K", type=_count, default=1024, help="inner dimension (default 1024)")
+    p.add_argument("--N", type=_count, default=1024,
                    help="output columns of the call (default 1024)")
-    p.add_argument("--M", type=int, default=1, help="rows of A in the call (default 1: a GEMV)")
+    p.add_argument("--M", type=_count, default=1,
+                   help="rows of A in the call, tokens (default 1: a GEMV)")
     p.add_argument("--level", type=int, default=4, choices=range(5),
-                   help="accuracy_level (default 4: the int8 path)")
+                   help="accuracy_level (default 4: the int8 path, on the v2 engine)")
     p.add_argument("--zero-points", choices=ZERO_POINTS, default="packed")
     p.add_argument("--bias", action="store_true", help="with a bias")
-    p.add_argument("--config", help="an AccelConfig JSON file (default: AccelConfig())")
+    p.add_argument("--fmax", type=_positive, default=100.0,
+                   help="clock in MHz for time and tokens/s (default 100)")
+    p.add_argument("--memory-gbps", type=_positive, default=MEMORY_GBPS, help=_MEMORY_HELP)
+    _add_config_options(p)
     p.set_defaults(func=_perf)
 
     from qaccel.synth import TARGETS
@@ -386,19 +558,22 @@ def main(argv=None) -> int:
                                      "Fmax, critical path and throughput in real units")
     p.add_argument("--target", choices=list(TARGETS),
                    help="device (default ecp5-25k; --packing: ecp5-25k and up5k)")
-    p.add_argument("--config", help="an AccelConfig JSON file (default: AccelConfig())")
+    _add_config_options(p, default="matmul_nbits: the preset sized for --target; "
+                                   "quantize / dequantize: AccelConfig()")
     p.add_argument("--unit", choices=["matmul_nbits", "quantize", "dequantize"],
-                   default="matmul_nbits", help="the unit to build (default matmul_nbits)")
+                   default="matmul_nbits",
+                   help="the unit to build (default matmul_nbits: the v2 engine)")
     p.add_argument("--seed", type=int, default=1, help="nextpnr placer seed (default 1)")
     p.add_argument("--freq", type=float, help="clock constraint in MHz (default: the "
                                               "target's, 100 ECP5 / 30 UP5K)")
     p.add_argument("--layer", type=_layer, default=(4096, 4096),
                    help="K x N of the layer of tokens/s, the tensor of elements/s (default "
                         "4096x4096)")
-    p.add_argument("--bits", type=_int_list,
+    p.add_argument("--bits", type=_bits_list,
                    help="weight bits to show (default: the config's; --packing: 2..8)")
-    p.add_argument("--block-size", type=_int_list,
+    p.add_argument("--block-size", type=_block_list,
                    help="block sizes to show (default: 16 .. the config's max_block_size)")
+    p.add_argument("--memory-gbps", type=_positive, default=MEMORY_GBPS, help=_MEMORY_HELP)
     p.add_argument("--packing", action="store_true",
                    help="instead: MACs per DSP and LUTs per MAC of the MAC array per weight "
                         "width, next to Xilinx's DSP48 packings")
@@ -424,7 +599,7 @@ def main(argv=None) -> int:
     p.add_argument("--layer", type=_layer, default=(4096, 4096),
                    help="K x N of the layer of tokens/s, the tensor of elements/s (default "
                         "4096x4096)")
-    p.add_argument("--config", help="the base AccelConfig JSON file (default: AccelConfig())")
+    _add_config_options(p)
     p.add_argument("--synth", action="store_true", help="synthesise each distinct engine")
     p.add_argument("--float-path", action="store_true",
                    help="engines carry the float path (default: int8 path only)")
@@ -442,7 +617,7 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("verilog", help="write the units' Verilog (AXI4-Stream ports) and a JSON "
                                        "description of ports, registers and configuration")
-    p.add_argument("--config", help="an AccelConfig JSON file (default: AccelConfig())")
+    _add_config_options(p)
     p.add_argument("-o", "--output", required=True, help="output folder")
     p.add_argument("--ops", nargs="+", choices=["quantize", "dequantize", "matmul_nbits"],
                    default=["quantize", "dequantize", "matmul_nbits"],

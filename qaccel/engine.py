@@ -7,11 +7,12 @@
 (array([ 2, -2], dtype=int8), 80)
 
 :class:`RTL` has the methods and signatures of :func:`qaccel.quantize_linear`,
-:func:`qaccel.dequantize_linear` and :func:`qaccel.dml_quantize_linear`. A call is validated
-by the golden model (same exceptions, same output dtype and shape), turned into jobs for the
-Quantize or Dequantize unit (:mod:`qaccel.sim.jobs`), simulated, and the output array is
-decoded from the ``y`` beats the simulated unit produced. The record of the last call is
-:attr:`RTL.last_run` (:class:`RunRecord`).
+:func:`qaccel.dequantize_linear`, :func:`qaccel.dml_quantize_linear` and
+:func:`qaccel.matmul_nbits` (on the MatMulNBits engine v2, see :meth:`RTL.matmul_nbits`). A
+Q / DQ call is validated by the golden model (same exceptions, same output dtype and shape),
+turned into jobs for the Quantize or Dequantize unit (:mod:`qaccel.sim.jobs`), simulated, and
+the output array is decoded from the ``y`` beats the simulated unit produced. The record of the
+last call is :attr:`RTL.last_run` (:class:`RunRecord`).
 
 A layout needing more scales than the unit's table holds (``config.table_depth``) is split
 into boxes of ``x`` whose scales fit: along the outermost dimensions first, and along an
@@ -56,9 +57,11 @@ class RunRecord:
     Attributes
     ----------
     op : str
-        ``"quantize"``, ``"dequantize"`` or ``"dml"``.
+        ``"quantize"``, ``"dequantize"``, ``"dml"`` or ``"matmul_nbits"`` (whose fields
+        :meth:`RTL.matmul_nbits` describes: MACs, ``y`` beats, the engine's cycles).
     simulator, harness : str
-        ``"verilator"`` or ``"icarus"``; ``"cocotb"`` or ``"stream"``.
+        ``"verilator"`` or ``"icarus"``; ``"cocotb"`` or ``"stream"`` (``"none"``: nothing
+        was simulated, the call was empty).
     jobs : int
         Unit jobs the call took (more than one when the scale table had to be split).
     elements, beats : int
@@ -116,7 +119,8 @@ class RTL:
     Parameters
     ----------
     config : AccelConfig, optional
-        The hardware instance (default ``AccelConfig()``: one lane, every format).
+        The hardware instance (default ``AccelConfig()``: Quantize / Dequantize of one lane
+        and every format, the ``ecp5-25k`` MatMulNBits v2 engine without a float path).
     simulator : str
         ``"verilator"`` or ``"icarus"``.
     check : bool
@@ -146,8 +150,8 @@ class RTL:
         Unknown ``simulator`` or ``harness``, ``"stream"`` with Icarus, a pause probability
         outside ``[0, 1)``, a negative ``seed``.
 
-    The Quantize and Dequantize units are created and built on first use, once per
-    configuration in a process (a finished build on disk is reused, see
+    The Quantize and Dequantize units and the MatMulNBits engines are created and built on
+    first use, once per configuration in a process (a finished build on disk is reused, see
     :func:`qaccel.sim.elementwise_sim.elementwise_build` and :mod:`qaccel.sim.streamsim`).
     Each call raises what the golden function raises for invalid arguments, and ValueError
     naming the configuration field when the instance does not carry a type the call needs.
@@ -296,62 +300,177 @@ class RTL:
 
     def matmul_nbits(self, A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
                      bits, block_size, accuracy_level=0):
-        """:func:`qaccel.matmul_nbits` on the MatMulNBits engine
-        (:class:`~qaccel.rtl.matmul_nbits.MatMulNBits`, one job: every column group against
-        every row of A, see :mod:`qaccel.sim.nbits_jobs`).
+        """:func:`qaccel.matmul_nbits` on the MatMulNBits engine, arguments in ONNX Runtime's
+        layout (the host side repacks them, :mod:`qaccel.sim.nbits_jobs`).
 
-        The engine's float32 order is :func:`qaccel.model.nbits_hw.matmul_nbits_hw`'s, so
-        with ``check=True`` the result must equal that bit for bit (it agrees with
-        :func:`qaccel.matmul_nbits` and ONNX Runtime within ``1e-6 * sum_k |a_k w_k|``).
-        ``last_run.elements`` counts multiply-accumulates (``M * N * K``), ``beats`` the
-        ``y`` beats (passes). Raises what ``matmul_nbits`` raises, and ValueError for what
-        the engine of ``config`` does not take (see :func:`qaccel.sim.nbits_jobs.nbits_job`).
+        * The int8 path (accuracy_level 4, integer or no zero points, no g_idx) runs on the
+          v2 engine (:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`, one job: every row
+          tile against every column group); with ``check=True`` every result must equal
+          :func:`qaccel.model.nbits_hw.matmul_nbits_v2` bit for bit.
+        * The float path (levels 0..3, float zero points, g_idx) runs on the v1 engine
+          (:class:`~qaccel.rtl.matmul_nbits.MatMulNBits`) if ``config.float_path`` is True,
+          a transitional fallback until v2's float path lands; ``check=True`` compares with
+          :func:`qaccel.model.nbits_hw.matmul_nbits_hw`. Without ``config.float_path`` (the
+          default configuration) such a call raises ValueError.
+
+        Both agree with :func:`qaccel.matmul_nbits` and ONNX Runtime within
+        ``1e-6 * sum_k |a_k w_k|``. ``last_run.elements`` counts multiply-accumulates
+        (``M * N * K``), ``beats`` the ``y`` beats (v2: one result each, v1: one pass of
+        ``pe`` results each), ``cycles`` the engine's cycles from ``start``, ``latency`` the
+        cycles from the first row's last ``a`` beat to its first ``y`` beat (None with the
+        cocotb harness). An A without rows gives the golden model's empty result, simulating
+        nothing. Raises what ``matmul_nbits`` raises; ValueError naming accuracy_level, the
+        zero points and g_idx for a float-path call without ``config.float_path``; ValueError
+        for what the engine does not take (v2, :func:`~qaccel.sim.nbits_jobs.nbits_job_v2`:
+        block_size outside ``[16, config.max_block_size]``, K above ``config.max_k``, an odd
+        ``config.pe``; v1, :func:`~qaccel.sim.nbits_jobs.nbits_job`); with ``check``,
+        :exc:`RTLMismatchError` naming the first differing row, column and both codes.
         """
-        from qaccel.sim.nbits_jobs import nbits_job, same_y, unpack_y, y_words
+        from qaccel.model import nbits_kernels as _k
+        from qaccel.model.config import ZERO_POINTS, int8_path
+        from qaccel.model.nbits import _check_A, _Op, matmul_nbits
+        from qaccel.model.validate import check_int
 
         t0 = time.perf_counter()
-        job = nbits_job(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
-                        block_size=block_size, accuracy_level=accuracy_level,
-                        config=self.config)
+        level = check_int("accuracy_level", accuracy_level, 0, 4)
+        a = _check_A(A, check_int("K", K, 1))
+        op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
+                 dtype=a.dtype)
+        v2 = int8_path(level, float_zero_points=op.zmode == _k.ZP_FLOAT,
+                       g_idx=op.gidx is not None)
+        if not v2 and not self.config.float_path:
+            raise ValueError(
+                f"this configuration has no float path (config.float_path False), which "
+                f"accuracy_level {level} with zero points {ZERO_POINTS[op.zmode]} and "
+                f"{'a' if op.gidx is not None else 'no'} g_idx needs: the engine takes "
+                f"accuracy_level 4 with integer or no zero points and no g_idx (a "
+                f"configuration with float_path=True runs the rest on the v1 engine)")
+        if a.size == 0:
+            want = matmul_nbits(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
+                                block_size=block_size, accuracy_level=level)
+            return self._empty("matmul_nbits", want, t0)
+        args = (A, B, scales, zero_points, g_idx, bias)
+        kwargs = dict(K=K, N=N, bits=bits, block_size=block_size, accuracy_level=level)
+        if v2:
+            return self._matmul_nbits_v2(*args, **kwargs, t0=t0)
+        return self._matmul_nbits_v1(*args, **kwargs, t0=t0)
+
+    def _matmul_nbits_v2(self, *args, t0: float, **kwargs) -> np.ndarray:
+        """An int8-path call on the v2 engine (see :meth:`matmul_nbits`)."""
+        from qaccel.sim.nbits_jobs import is_nan_code, nbits_job_v2, unpack_y_v2
+
+        if kwargs["bits"] not in self.config.nbits:
+            raise ValueError(f"bits {kwargs['bits']} is not carried by this engine "
+                             f"(config.nbits {self.config.nbits})")
+        job = nbits_job_v2(*args, **kwargs, config=self.config)
+        engine = self._nbits_engine(v2=True)
         harness = self._harness()
         if harness == "stream":
-            beats, cycles, latency, built = self._run_nbits_stream(job)
+            beats, cycles, latency, built = self._run_nbits_v2_stream(engine, job)
         else:
-            beats, cycles, latency, built = self._run_nbits_cocotb(job)
-        out = unpack_y(job, beats, self.config.pe)
+            beats, cycles, latency, built = self._run_nbits_cocotb(engine, job)
+        beats = np.asarray(beats, np.uint64).reshape(-1)
+        _check_v2_beats(job, beats)
+        got = (beats & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        out = unpack_y_v2(job, got)
         self.last_run = RunRecord("matmul_nbits", self.simulator, harness, 1,
-                                  job.M * N * K, len(beats), cycles, 0, latency,
+                                  int(out.size) * kwargs["K"], len(got), cycles, 0, latency,
                                   time.perf_counter() - t0, not built)
         if self.check:
-            got = y_words(beats, self.config.pe)
+            fmt = job.regs["out_fmt"]
+            same = (got == job.y) | (is_nan_code(got, fmt) & is_nan_code(job.y, fmt))
+            bad = np.flatnonzero(~same & job.real)
+            if bad.size:
+                k = int(bad[0])
+                r, c = (int(i) for i in job.order[k])
+                raise RTLMismatchError(
+                    f"matmul_nbits: the v2 engine differs from its model "
+                    f"(qaccel.model.nbits_hw.matmul_nbits_v2) at {bad.size} of "
+                    f"{int(job.real.sum())} results; first at row {r}, column {c}: RTL "
+                    f"{int(got[k]):#010x}, model {int(job.y[k]):#010x}")
+        return out
+
+    def _matmul_nbits_v1(self, *args, t0: float, **kwargs) -> np.ndarray:
+        """A float-path call on the v1 engine (see :meth:`matmul_nbits`)."""
+        from qaccel.sim.nbits_jobs import nbits_job, same_y, unpack_y, y_words
+
+        job = nbits_job(*args, **kwargs, config=self.config)
+        engine = self._nbits_engine(v2=False)
+        harness = self._harness()
+        if harness == "stream":
+            beats, cycles, latency, built = self._run_nbits_stream(engine, job)
+        else:
+            beats, cycles, latency, built = self._run_nbits_cocotb(engine, job)
+        pe = self.config.pe
+        out = unpack_y(job, beats, pe)
+        self.last_run = RunRecord("matmul_nbits", self.simulator, harness, 1,
+                                  job.M * job.N * kwargs["K"], len(beats), cycles, 0, latency,
+                                  time.perf_counter() - t0, not built)
+        if self.check:
+            got = y_words(beats, pe)
             bad = np.argwhere(~same_y(job, got))
             if bad.size:
                 p, c = (int(i) for i in bad[0])
+                g, m = divmod(p, job.M)
                 raise RTLMismatchError(
-                    f"matmul_nbits: the RTL differs from the engine-order model "
-                    f"(qaccel.model.nbits_hw) in pass {p}, column {c}: RTL "
-                    f"{got[p, c]:#010x}, model {job.y[p, c]:#010x}")
+                    f"matmul_nbits: the v1 engine differs from its model "
+                    f"(qaccel.model.nbits_hw.matmul_nbits_hw) in pass {p}, at row {m}, column "
+                    f"{g * pe + c}: RTL {got[p, c]:#010x}, model {job.y[p, c]:#010x}")
         return out
 
-    def _nbits_engine(self):
-        engine = _UNITS.get(("matmul_nbits", self.config))
+    def _nbits_engine(self, *, v2: bool):
+        """The v2 or v1 MatMulNBits engine of the configuration, created on first use and
+        shared by the RTL instances of that configuration (so are its builds)."""
+        key = ("matmul_nbits_v2" if v2 else "matmul_nbits", self.config)
+        engine = _UNITS.get(key)
         if engine is None:
-            from qaccel.rtl.matmul_nbits import MatMulNBits
-
-            engine = _UNITS["matmul_nbits", self.config] = MatMulNBits(self.config)
+            if v2:
+                from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2 as cls
+            else:
+                from qaccel.rtl.matmul_nbits import MatMulNBits as cls
+            engine = _UNITS[key] = cls(self.config)
         return engine
 
-    def _run_nbits_stream(self, job):
+    @staticmethod
+    def _nbits_stream_sim(engine):
+        """The engine's StreamSim, built (or found) on first use; returns (sim, built)."""
         from qaccel.sim.elementwise_sim import design_key
-        from qaccel.sim.streamsim import Segment, StreamSim
+        from qaccel.sim.nbits_sim import nbits_name
+        from qaccel.sim.streamsim import StreamSim
 
-        engine = self._nbits_engine()
-        built = False
         sim = _STREAM_SIMS.get(id(engine))
-        if sim is None:
-            sim = _STREAM_SIMS[id(engine)] = StreamSim(
-                engine, name="matmul_nbits", design_key=design_key(engine))
-            built = sim.built
+        if sim is not None:
+            return sim, False
+        sim = _STREAM_SIMS[id(engine)] = StreamSim(engine, name=nbits_name(engine),
+                                                   design_key=design_key(engine))
+        return sim, sim.built
+
+    def _run_nbits_v2_stream(self, engine, job):
+        from qaccel.sim.streamsim import Segment
+
+        sim, built = self._nbits_stream_sim(engine)
+        r, c = job.regs, self.config
+        # Stall timeout: an input may wait for a whole row tile (the next tile's rows wait
+        # for every column group): its load, its blocks at their slowest bound (MAC steps,
+        # lane terms or the lanes' accumulator recurrence), its read-out; stretched by pauses.
+        rows, kb = min(c.m_tile, r["m"]), -(-r["k"] // r["block_size"])
+        cols = c.pe // 2 if r["bits"] > 4 else c.pe
+        per_block = max(rows * r["block_size"] // c.simd, rows * c.pe // engine.lanes,
+                        engine.timing["recurrence"])
+        tile = rows * kb * r["block_size"] + r["groups"] * (kb * per_block + rows * cols)
+        watchdog = 10_000 + int(4 * tile / ((1 - self.idle) * (1 - self.backpressure)))
+        seg = Segment(job.inputs, job.regs, phases=[["start"], list(job.inputs)],
+                      expect={"y": len(job.y)})
+        res = sim.run_segments([seg], idle=self.idle, backpressure=self.backpressure,
+                               seed=self.seed, watchdog=watchdog)[0]
+        # latency: the first row's last ``a`` beat (K of them) to its first ``y`` beat
+        latency = int(res.output_cycles["y"][0]) - int(res.accepted["a"][r["k"] - 1])
+        return res.outputs["y"], res.cycles, latency, built
+
+    def _run_nbits_stream(self, engine, job):
+        from qaccel.sim.streamsim import Segment
+
+        sim, built = self._nbits_stream_sim(engine)
         seg = Segment(job.inputs, job.regs, phases=[["start"], list(job.inputs)],
                       expect={"y": job.passes})
         r = sim.run_segments([seg], idle=self.idle, backpressure=self.backpressure,
@@ -361,12 +480,11 @@ class RTL:
         latency = int(r.output_cycles["y"][0]) - int(r.accepted["a"][row_beats - 1])
         return r.outputs["y"], r.cycles, latency, built
 
-    def _run_nbits_cocotb(self, job):
+    def _run_nbits_cocotb(self, engine, job):
         from qaccel.sim.nbits_sim import run_nbits_cocotb
 
-        run = run_nbits_cocotb(self._nbits_engine(), [job], simulator=self.simulator,
-                               idle=self.idle, backpressure=self.backpressure,
-                               seed=self.seed, check=False)
+        run = run_nbits_cocotb(engine, [job], simulator=self.simulator, idle=self.idle,
+                               backpressure=self.backpressure, seed=self.seed, check=False)
         return run.beats[0], run.cycles[0], None, run.built
 
     # -- internals ----------------------------------------------------------------------------
@@ -570,6 +688,16 @@ def _check_last(job, beats: list[int], data_width: int) -> None:
 
         raise SimulationError(f"job {job.label!r}: {len(beats)} y beats for {len(job.x)} x "
                               f"beats, last flags at {[k for k, f in enumerate(flags) if f]}")
+
+
+def _check_v2_beats(job, beats: np.ndarray) -> None:
+    """A v2 job's ``y`` beats: one per result word, ``last`` (bit 32) on the last only."""
+    last = (beats >> np.uint64(32)) & np.uint64(1)
+    if len(beats) != len(job.y) or (len(last) and (last[-1] != 1 or last[:-1].any())):
+        from qaccel.sim.runner import SimulationError
+
+        raise SimulationError(f"matmul_nbits: {len(beats)} y beats for {len(job.y)} results, "
+                              f"last flags at {np.flatnonzero(last).tolist()[:8]}")
 
 
 def _compare(out: np.ndarray, want: np.ndarray, op: str) -> None:

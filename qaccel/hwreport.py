@@ -2,21 +2,28 @@
 
 :func:`hw_report` synthesises one unit built from an :class:`~qaccel.model.config.AccelConfig`
 (:func:`qaccel.synth.synthesize`: timing wrapper, YoWASP Yosys + nextpnr, cached) and returns
-its LUT, FF, DSP, BRAM, Fmax and critical path with :func:`throughput` rows:
+its LUT, FF, DSP, BRAM, Fmax and critical path with rates at the achieved Fmax:
 
-- ``matmul_nbits``: per weight width and block size, the steady-state pass of
-  :func:`qaccel.model.perf.nbits_pass` at the layer's K, its MAC/cycle times Fmax (GMAC/s),
-  and tokens/s for a layer of K x N weights: one token is one row of A through the layer, a
-  GEMV call of ``ceil(N / pe)`` passes with its fill and drain
-  (:func:`qaccel.model.perf.nbits_call` with ``M = 1``).
+- ``matmul_nbits``: the v2 engine (:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2` with
+  ECP5 primitives, :func:`build_nbits_v2`) and :func:`engine_rates`, per weight width and
+  block size: the call of one token (one row of A, ``M = 1``) through a layer of K x N
+  weights (:func:`qaccel.model.perf.nbits_v2_call`), its MAC/cycle times Fmax (GMAC/s), and
+  tokens/s on chip and with an external memory of :data:`MEMORY_GBPS` GB/s feeding every
+  stream (the memory-bound figure). The headline ``token`` is int4 in blocks of 32
+  (:data:`TOKEN_SETTING`).
 - ``quantize`` / ``dequantize``: one call on a K x N tensor with a per-tensor scale
   (:func:`qaccel.model.perf.elementwise_call`: table load, one beat of ``lanes`` elements
-  per cycle, start and pipeline latencies), its elements per cycle times Fmax.
+  per cycle, start and pipeline latencies), its elements per cycle times Fmax
+  (:func:`throughput`).
+
+:func:`throughput` also gives the v1 engine's rates (:func:`qaccel.model.perf.nbits_pass`),
+which :mod:`qaccel.sweep` still sweeps with :func:`build_unit`.
 
 :func:`mac_packing` measures how many MACs the engine's int8 x intN MAC array
 (:class:`~qaccel.rtl.mac_array.MacArray`) gets per DSP block for each weight width, next to
-Xilinx's DSP48E2 packings (:data:`REFERENCE_PACKINGS`). :func:`format_report` and
-:func:`format_packing` render them as text (``qaccel synth``).
+Xilinx's DSP48E2 packings (:data:`REFERENCE_PACKINGS`). :func:`format_report`,
+:func:`format_rates` and :func:`format_packing` render them as text (``qaccel synth``,
+``qaccel perf``).
 """
 
 from __future__ import annotations
@@ -30,13 +37,14 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In
 
 from qaccel.model.config import NBITS, AccelConfig
-from qaccel.model.perf import elementwise_call, nbits_call, nbits_pass
+from qaccel.model.perf import elementwise_call, nbits_call, nbits_pass, nbits_v2_call
 from qaccel.model.validate import check_int
 from qaccel.synth import TARGETS, SynthResult, synthesize
 
-__all__ = ["REFERENCE_PACKINGS", "UNITS", "HwReport", "Packing", "Throughput", "build_unit",
-           "check_layer",
-           "format_packing", "format_report", "hw_report", "mac_packing", "throughput",
+__all__ = ["MEMORY_GBPS", "MEMORY_NOTE", "REFERENCE_PACKINGS", "TOKEN_SETTING", "UNITS",
+           "EngineRate", "HwReport", "Packing", "Throughput", "build_nbits_v2", "build_unit",
+           "check_layer", "engine_rates", "engine_summary", "format_packing", "format_rates",
+           "format_report", "hw_report", "mac_packing", "throughput", "token_setting",
            "undriven_dsp_inputs"]
 
 #: Units :func:`build_unit` makes.
@@ -48,10 +56,17 @@ REFERENCE_PACKINGS = (
     ("Xilinx DSP48E2, WP486", "int8 x int8, shared operand", 2),
     ("Xilinx DSP48E2, WP521", "int4 x int4", 4),
 )
+#: External memory bandwidth (GB/s) of the memory-bound figures unless told otherwise: a
+#: 16-bit DDR3-800 interface (800 MT/s x 2 bytes), :data:`MEMORY_NOTE`.
+MEMORY_GBPS = 1.6
+MEMORY_NOTE = "16-bit DDR3-800 as on common ECP5 boards"
+#: (bits, block_size) of the headline token figures: int4 weights in blocks of 32.
+TOKEN_SETTING = (4, 32)
 
 
 def build_unit(unit: str, config: AccelConfig) -> wiring.Component:
-    """Return the component ``unit`` (one of :data:`UNITS`) elaborated from ``config``."""
+    """Return the component ``unit`` (one of :data:`UNITS`) built from ``config``;
+    ``matmul_nbits`` is the v1 engine (the sweep's; :func:`build_nbits_v2` builds v2)."""
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {', '.join(UNITS)}, not {unit!r}")
     if unit == "matmul_nbits":
@@ -64,14 +79,20 @@ def build_unit(unit: str, config: AccelConfig) -> wiring.Component:
     return Dequantize(config)
 
 
+def build_nbits_v2(config: AccelConfig) -> wiring.Component:
+    """Return the v2 MatMulNBits engine of ``config`` with ECP5 primitives (for synthesis)."""
+    from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2
+    return MatMulNBitsV2(config, ecp5=True)
+
+
 @dataclass(frozen=True)
 class Throughput:
-    """One setting's steady-state rate.
+    """One setting's steady-state rate (:func:`throughput`).
 
-    ``matmul_nbits``: ``cycles`` per pass, ``per_cycle`` MACs per cycle, ``bound`` and
-    ``utilisation`` from :func:`~qaccel.model.perf.nbits_pass`; ``per_second`` MAC/s and
-    ``tokens_per_second`` (one GEMV call through the layer). Elementwise units: ``bits`` and
-    ``block_size`` None, ``cycles`` of the whole call on the layer-sized tensor,
+    ``matmul_nbits`` (the v1 engine): ``cycles`` per pass, ``per_cycle`` MACs per cycle,
+    ``bound`` and ``utilisation`` from :func:`~qaccel.model.perf.nbits_pass`; ``per_second``
+    MAC/s and ``tokens_per_second`` (one GEMV call through the layer). Elementwise units:
+    ``bits`` and ``block_size`` None, ``cycles`` of the whole call on the layer-sized tensor,
     ``per_cycle`` elements per cycle, ``utilisation`` that over ``lanes``, ``per_second``
     elements/s, no tokens. Rates are None without an Fmax.
     """
@@ -93,24 +114,158 @@ def check_layer(layer) -> tuple[int, int]:
     return check_int("layer K", layer[0], 1), check_int("layer N", layer[1], 1)
 
 
+def _positive(param: str, value, *, optional: bool = False) -> float | None:
+    """Return ``value`` (a number > 0, or None when ``optional``); TypeError/ValueError
+    naming ``param`` otherwise."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{param} must be a number{' or None' if optional else ''}, "
+                        f"not {value!r}")
+    if not value > 0:
+        raise ValueError(f"{param} must be positive, not {value!r}")
+    return float(value)
+
+
+def _block_sizes(config: AccelConfig, block_sizes, lo: int = 16) -> list[int]:
+    """``block_sizes`` as a list, or the powers of two from ``lo`` to ``max_block_size``."""
+    if block_sizes is None:
+        return [1 << e for e in range(lo.bit_length() - 1, config.max_block_size.bit_length())]
+    return list(block_sizes)
+
+
+@dataclass(frozen=True)
+class EngineRate:
+    """One MatMulNBits call, ``M x K`` by ``K x N`` (accuracy_level 4), on the v2 engine
+    (:func:`~qaccel.model.perf.nbits_v2_call`) at ``fmax_mhz``, with an external memory of
+    ``memory_gbps`` GB/s feeding every stream.
+
+    ``cycles``, ``macs_per_cycle`` (``M * N * K`` over the call's cycles),
+    ``peak_per_cycle``, ``steady_utilisation`` and ``bound`` (what sets a steady-state block:
+    ``compute``, ``lanes`` or ``accumulator``) are the model's; ``bytes`` is every stream's
+    bytes per call. With an Fmax: ``seconds`` = cycles / Fmax (on-chip bound),
+    ``memory_seconds`` = ``max(seconds, bytes / bandwidth)`` (the memory-bound figure,
+    :meth:`~qaccel.model.perf.NBitsV2Call.seconds`), ``per_second`` MAC/s on chip,
+    ``tokens_per_second`` = ``M / seconds`` and ``memory_tokens_per_second`` =
+    ``M / memory_seconds`` (a token is one row of A); all None without an Fmax.
+    """
+
+    bits: int
+    block_size: int
+    M: int
+    K: int
+    N: int
+    cycles: int
+    macs_per_cycle: float
+    peak_per_cycle: int
+    steady_utilisation: float
+    bound: str
+    bytes: int
+    fmax_mhz: float | None
+    memory_gbps: float
+    seconds: float | None
+    memory_seconds: float | None
+    per_second: float | None
+    tokens_per_second: float | None
+    memory_tokens_per_second: float | None
+
+    @property
+    def memory_bound(self) -> bool:
+        """Whether the memory, not the chip, sets the call's time (False without an Fmax)."""
+        return self.seconds is not None and self.memory_seconds > self.seconds
+
+
+def engine_rates(config: AccelConfig, fmax_mhz: float | None = None, *,
+                 layer: tuple[int, int] = (4096, 4096), M: int = 1,
+                 bits: Iterable[int] | None = None, block_sizes: Iterable[int] | None = None,
+                 memory_gbps: float = MEMORY_GBPS, bias: bool = False) -> list[EngineRate]:
+    """Return the v2 engine's :class:`EngineRate` of an ``M x K`` by ``K x N`` call
+    (``layer = (K, N)``) per ``bits`` (default ``config.nbits``) x ``block_sizes`` (default
+    the powers of two from 16 to ``config.max_block_size``), at ``fmax_mhz`` (None: cycle and
+    byte figures only) with ``memory_gbps`` GB/s of external memory.
+
+    Bad parameters raise ValueError/TypeError naming them (the model's checks: bits the
+    config carries, block sizes powers of two from 16 to ``max_block_size``, K up to
+    ``max_k``, an even ``pe``).
+    """
+    if not isinstance(config, AccelConfig):
+        raise TypeError(f"config must be an AccelConfig, not {config!r}")
+    fmax_mhz = _positive("fmax_mhz", fmax_mhz, optional=True)
+    memory_gbps = _positive("memory_gbps", memory_gbps)
+    K, N = check_layer(layer)
+    check_int("M", M, 1)
+    timed = fmax_mhz is not None
+    rows = []
+    for b in config.nbits if bits is None else bits:
+        for bs in _block_sizes(config, block_sizes):
+            c = nbits_v2_call(config, M=M, N=N, K=K, bits=b, block_size=bs, bias=bias)
+            t = c.seconds(fmax_mhz) if timed else None
+            tm = c.seconds(fmax_mhz, memory_gbps) if timed else None
+            rows.append(EngineRate(
+                bits=b, block_size=bs, M=M, K=K, N=N, cycles=c.cycles,
+                macs_per_cycle=c.macs_per_cycle, peak_per_cycle=c.peak_per_cycle,
+                steady_utilisation=c.steady_utilisation, bound=c.bound,
+                bytes=sum(c.bytes.values()), fmax_mhz=fmax_mhz, memory_gbps=memory_gbps,
+                seconds=t, memory_seconds=tm,
+                per_second=c.macs_per_cycle * fmax_mhz * 1e6 if timed else None,
+                tokens_per_second=M / t if timed else None,
+                memory_tokens_per_second=M / tm if timed else None))
+    return rows
+
+
+def token_setting(config: AccelConfig) -> tuple[int, int]:
+    """(bits, block_size) of the headline token figures: :data:`TOKEN_SETTING`, or where
+    ``config`` lacks them its smallest width and its ``max_block_size``."""
+    bits, block = TOKEN_SETTING
+    return (bits if bits in config.nbits else min(config.nbits),
+            min(block, config.max_block_size))
+
+
+def format_rates(rates: Iterable[EngineRate], lut: int | None = None) -> str:
+    """Return :func:`engine_rates`' rows as a table (a header of two lines, then a row per
+    setting); with ``lut`` (the synthesised LUT4s) a GMAC/s per kLUT column too. The
+    ``bound`` column names what sets a steady-state block, and ``memory`` after it when the
+    memory is slower than the chip."""
+    rates = list(rates)
+    gbps = rates[0].memory_gbps if rates else MEMORY_GBPS
+    per_klut = lut is not None
+    left = (f"{'bits':>4} {'block':>5} {'cycles':>9} {'MAC/cycle':>9} {'steady':>6} "
+            f"{'GMAC/s':>7}" + (f" {'/kLUT':>6}" if per_klut else "") + f" {'bytes':>10}")
+    lines = [(" " * len(left) + f"  {'on chip':^20}  {f'memory {gbps:g} GB/s':^20}").rstrip(),
+             left + f"  {'us/call':>9} {'tokens/s':>10}  {'us/call':>9} {'tokens/s':>10}"
+             "  bound"]
+
+    def num(value, width, digits, scale=1.0):
+        return f"{'-':>{width}}" if value is None else f"{value * scale:>{width}.{digits}f}"
+
+    for r in rates:
+        klut = (None if r.per_second is None or not lut
+                else r.per_second / 1e9 / (lut / 1000))
+        bound = r.bound + (", memory" if r.memory_bound else "")
+        lines.append(
+            f"{r.bits:>4} {r.block_size:>5} {r.cycles:>9} {r.macs_per_cycle:>9.2f} "
+            f"{r.steady_utilisation:>6.1%} {num(r.per_second, 7, 3, 1e-9)}"
+            + (f" {num(klut, 6, 3)}" if per_klut else "") + f" {r.bytes:>10}"
+            f"  {num(r.seconds, 9, 1, 1e6)} {num(r.tokens_per_second, 10, 1)}"
+            f"  {num(r.memory_seconds, 9, 1, 1e6)} "
+            f"{num(r.memory_tokens_per_second, 10, 1)}  {bound}")
+    return "\n".join(lines)
+
+
 def throughput(config: AccelConfig, unit: str, fmax_mhz: float | None = None, *,
                layer: tuple[int, int] = (4096, 4096), bits: Iterable[int] | None = None,
                block_sizes: Iterable[int] | None = None) -> list[Throughput]:
     """Return ``unit``'s rates on ``config`` at ``fmax_mhz`` (None: cycle figures only).
 
-    ``matmul_nbits``: one row per ``bits`` (default ``config.nbits``) x ``block_sizes``
-    (default the powers of two from ``max(16, simd)`` to ``config.max_block_size``) on the
-    int8 path with packed zero points, for ``layer = (K, N)``. Elementwise units: one row,
-    a K x N tensor with one scale.
+    ``matmul_nbits`` (the v1 engine's model, which :mod:`qaccel.sweep` uses): one row per
+    ``bits`` (default ``config.nbits``) x ``block_sizes`` (default the powers of two from
+    ``max(16, simd)`` to ``config.max_block_size``) on the int8 path with packed zero points,
+    for ``layer = (K, N)``. Elementwise units: one row, a K x N tensor with one scale.
     Bad parameters raise ValueError/TypeError naming them.
     """
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {', '.join(UNITS)}, not {unit!r}")
-    if fmax_mhz is not None:
-        if isinstance(fmax_mhz, bool) or not isinstance(fmax_mhz, (int, float)):
-            raise TypeError(f"fmax_mhz must be a number or None, not {fmax_mhz!r}")
-        if not fmax_mhz > 0:
-            raise ValueError(f"fmax_mhz must be positive, not {fmax_mhz!r}")
+    fmax_mhz = _positive("fmax_mhz", fmax_mhz, optional=True)
     hz = None if fmax_mhz is None else fmax_mhz * 1e6
     K, N = check_layer(layer)
     if unit != "matmul_nbits":
@@ -118,13 +273,9 @@ def throughput(config: AccelConfig, unit: str, fmax_mhz: float | None = None, *,
         per = call.elements_per_cycle
         return [Throughput(None, None, float(call.cycles), per, call.bound, per / config.lanes,
                            None if hz is None else per * hz, None)]
-    lo = max(16, config.simd)
-    if block_sizes is None:
-        block_sizes = [1 << e for e in range(lo.bit_length() - 1,
-                                             config.max_block_size.bit_length())]
     rows = []
     for b in config.nbits if bits is None else bits:
-        for bs in block_sizes:
+        for bs in _block_sizes(config, block_sizes, max(16, config.simd)):
             p = nbits_pass(config, K=K, bits=b, block_size=bs)
             token = nbits_call(config, M=1, N=N, K=K, bits=b, block_size=bs).cycles
             rows.append(Throughput(
@@ -136,22 +287,35 @@ def throughput(config: AccelConfig, unit: str, fmax_mhz: float | None = None, *,
 
 @dataclass(frozen=True)
 class HwReport:
-    """A unit's synthesis (:class:`~qaccel.synth.SynthResult`) and its :func:`throughput`
-    rows at the achieved Fmax. ``undriven_dsp`` counts DSP cells of the netlist with an
-    undriven (``x``) data input bit: a synthesis fault that makes the DSP count wrong."""
+    """A unit's synthesis (:class:`~qaccel.synth.SynthResult`) and its rates at the achieved
+    Fmax: ``matmul_nbits`` :func:`engine_rates` rows (``M = 1`` on the layer) and ``token``,
+    the headline setting's (:func:`token_setting`); elementwise units one :func:`throughput`
+    row and no ``token``. ``undriven_dsp`` counts DSP cells of the netlist with an undriven
+    (``x``) data input bit: a synthesis fault that makes the DSP count wrong."""
 
     unit: str
     config: AccelConfig
     synth: SynthResult
     layer: tuple[int, int]
-    rows: tuple[Throughput, ...]
+    rows: tuple[EngineRate, ...] | tuple[Throughput, ...]
     undriven_dsp: int
+    token: EngineRate | None = None
+
+    @property
+    def gmacs_per_klut(self) -> float | None:
+        """The headline token's GMAC/s per thousand LUT4 (all-in, timing wrapper included);
+        None for elementwise units."""
+        if self.token is None or not self.synth.lut:
+            return None
+        return self.token.per_second / 1e9 / (self.synth.lut / 1000)
 
     def to_dict(self) -> dict:
         """Return the report as JSON-compatible values."""
         return {"unit": self.unit, "config": self.config.to_dict(),
                 "synth": self.synth.to_dict(), "layer": list(self.layer),
-                "rows": [asdict(r) for r in self.rows], "undriven_dsp": self.undriven_dsp}
+                "rows": [asdict(r) for r in self.rows], "undriven_dsp": self.undriven_dsp,
+                "token": None if self.token is None else asdict(self.token),
+                "gmacs_per_klut": self.gmacs_per_klut}
 
 
 def undriven_dsp_inputs(result: SynthResult) -> int:
@@ -169,24 +333,40 @@ def undriven_dsp_inputs(result: SynthResult) -> int:
 def hw_report(config: AccelConfig, *, unit: str = "matmul_nbits", target: str = "ecp5-25k",
               seed: int = 1, freq_mhz: float | None = None,
               layer: tuple[int, int] = (4096, 4096), bits: Iterable[int] | None = None,
-              block_sizes: Iterable[int] | None = None) -> HwReport:
-    """Synthesise ``unit`` built from ``config`` for ``target`` and return its figures with
-    :func:`throughput` at the achieved Fmax.
+              block_sizes: Iterable[int] | None = None,
+              memory_gbps: float = MEMORY_GBPS) -> HwReport:
+    """Synthesise ``unit`` built from ``config`` for ``target`` and return its figures at
+    the achieved Fmax: ``matmul_nbits`` the v2 engine (:func:`build_nbits_v2`) with
+    :func:`engine_rates` for one token (``M = 1``) through ``layer`` per ``bits`` x
+    ``block_sizes`` and the headline :func:`token_setting`, ``memory_gbps`` GB/s of external
+    memory; elementwise units :func:`throughput`.
 
-    Raises ValueError/TypeError naming a bad parameter (the throughput settings are checked
-    before synthesis), and :func:`~qaccel.synth.synthesize`'s errors
+    Raises ValueError/TypeError naming a bad parameter (the rate settings are checked before
+    synthesis), and :func:`~qaccel.synth.synthesize`'s errors
     (:exc:`~qaccel.synth.DesignDoesNotFitError` when the unit does not fit the device).
     """
     if not isinstance(config, AccelConfig):
         raise TypeError(f"config must be an AccelConfig, not {config!r}")
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {', '.join(UNITS)}, not {unit!r}")
     bits = None if bits is None else list(bits)
     block_sizes = None if block_sizes is None else list(block_sizes)
-    throughput(config, unit, layer=layer, bits=bits, block_sizes=block_sizes)
-    result = synthesize(build_unit(unit, config), target=target, name=unit, seed=seed,
+    if unit != "matmul_nbits":
+        throughput(config, unit, layer=layer)
+        result = synthesize(build_unit(unit, config), target=target, name=unit, seed=seed,
+                            freq_mhz=freq_mhz)
+        rows = throughput(config, unit, result.fmax_mhz, layer=layer)
+        return HwReport(unit, config, result, layer, tuple(rows), undriven_dsp_inputs(result))
+    b, bs = token_setting(config)
+    settings = {"layer": layer, "memory_gbps": memory_gbps}
+    engine_rates(config, **settings, bits=bits, block_sizes=block_sizes)
+    result = synthesize(build_nbits_v2(config), target=target, name=unit, seed=seed,
                         freq_mhz=freq_mhz)
-    rows = throughput(config, unit, result.fmax_mhz, layer=layer, bits=bits,
-                      block_sizes=block_sizes)
-    return HwReport(unit, config, result, layer, tuple(rows), undriven_dsp_inputs(result))
+    rows = engine_rates(config, result.fmax_mhz, **settings, bits=bits,
+                        block_sizes=block_sizes)
+    (token,) = engine_rates(config, result.fmax_mhz, **settings, bits=[b], block_sizes=[bs])
+    return HwReport(unit, config, result, check_layer(layer), tuple(rows),
+                    undriven_dsp_inputs(result), token)
 
 
 def _si(value: float | None, unit: str) -> str:
@@ -217,16 +397,31 @@ def format_report(report: HwReport) -> str:
                      f"{r.fmax_mhz:.1f} MHz = {_si(row.per_second, 'elements/s')}")
         return "\n".join(lines)
     K, N = report.layer
-    lines += [f"engine pe {c.pe} x simd {c.simd}, weight bus {c.weight_bus_width} bits; layer "
-              f"K {K} x N {N}: one token = a GEMV of {-(-N // c.pe)} passes with fill and drain "
-              "(int8 path, packed zero points)",
-              f"{'bits':>4} {'block':>5} {'cycles':>8} {'MAC/cycle':>9} {'util':>6} "
-              f"{'GMAC/s':>8} {'tokens/s':>9}  bound"]
-    for t in report.rows:
-        lines.append(f"{t.bits:>4} {t.block_size:>5} {t.cycles:>8.1f} {t.per_cycle:>9.2f} "
-                     f"{t.utilisation:>6.1%} {t.per_second / 1e9:>8.3f} "
-                     f"{t.tokens_per_second:>9.1f}  {t.bound}")
+    t = report.token
+    lines += [engine_summary(c),
+              f"one token (M = 1) through a layer of K {K} x N {N}, int{t.bits} block "
+              f"{t.block_size}: {t.macs_per_cycle:.2f} MAC/cycle x {r.fmax_mhz:.1f} MHz = "
+              f"{t.per_second / 1e9:.3f} GMAC/s, {report.gmacs_per_klut:.3f} GMAC/s per kLUT "
+              f"({r.lut} LUT4)",
+              f"  on chip: {t.tokens_per_second:.1f} tokens/s ({t.seconds * 1e3:.3f} ms a token)",
+              f"  memory bound at {t.memory_gbps:g} GB/s "
+              f"({MEMORY_NOTE if t.memory_gbps == MEMORY_GBPS else 'external memory'}), "
+              f"{t.bytes / 1e6:.2f} MB a token: {t.memory_tokens_per_second:.1f} tokens/s "
+              f"({t.memory_seconds * 1e3:.3f} ms a token; "
+              f"{'the memory' if t.memory_bound else 'the chip'} binds)",
+              "per setting, one token (M = 1, int8 path, accuracy_level 4):",
+              format_rates(report.rows, r.lut)]
     return "\n".join(lines)
+
+
+def engine_summary(config: AccelConfig) -> str:
+    """One line: the v2 engine's shape and MAC peak."""
+    c = config
+    pairs = c.pe * c.simd // 2
+    dsp = f"all {pairs}" if c.dsp_pairs is None else f"{c.dsp_pairs} of {pairs}"
+    return (f"engine v2 pe {c.pe} x simd {c.simd}, m_tile {c.m_tile}, max_k {c.max_k}, "
+            f"{dsp} MAC pairs on DSPs: peak {c.pe * c.simd} MAC/cycle at 2..4 bits, "
+            f"{c.pe * c.simd // 2} at 5..8")
 
 
 # ---------------------------------------------------------------------------------------------

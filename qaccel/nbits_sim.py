@@ -3,10 +3,15 @@ GEMV of ``make demo``.
 
 A float32 weight ``W (K, N)`` is quantised by qaccel's quantiser (bit-exact with ONNX
 Runtime's), ``A (M, K)`` is random; :meth:`qaccel.RTL.matmul_nbits` runs the call on the
-engine and checks every output bit for bit against the engine-order model; the report gives
-the cycles, the MAC utilisation (MACs per cycle against ``pe * simd``, and against the weight
-bus bound) and the error against the golden model and ONNX Runtime as a fraction of
-``sum_k |a_k w_k|`` (the tolerance is 1e-6).
+engine and checks every output bit for bit against the engine's model. The int8 path
+(accuracy_level 4, integer or no zero points) runs on the v2 engine: the report gives its
+cycles beside the performance model's (:func:`qaccel.model.perf.nbits_v2_call`, which must
+be equal on the stream harness without pauses), the MACs per cycle and the utilisation
+against the array's peak (``pe * simd``, half at 5..8 bits). The float path runs on the v1
+engine of a configuration with ``float_path`` (:func:`qaccel.model.perf.nbits_call`, MAC
+utilisation against ``pe * simd`` and the weight-bus bound). Both report the error against
+the golden model and ONNX Runtime as a fraction of ``sum_k |a_k w_k|`` (the tolerance is
+1e-6).
 """
 
 from __future__ import annotations
@@ -37,41 +42,99 @@ def nbits_example(*, K: int, N: int, M: int, bits: int, block_size: int,
                 if bias else None, K=K, N=N, bits=bits, block_size=block_size)
 
 
-def run_report(rtl, call: dict, accuracy_level: int, *, indent: str = "  ") -> bool:
-    """Run ``call`` on ``rtl`` (a :class:`qaccel.RTL` with ``check=True``), print the report;
-    return whether every check passed."""
-    import qaccel
-    from qaccel import onnx_models
-    from qaccel.engine import RTLMismatchError
+def _v2_lines(rtl, call: dict, M: int) -> tuple[list[str], bool]:
+    """The v2 engine's cycles against the performance model, MAC/cycle and utilisation."""
+    from qaccel.model.perf import nbits_v2_call
 
-    c = rtl.config
+    c, r = rtl.config, rtl.last_run
     K, N, bits = call["K"], call["N"], call["bits"]
-    try:
-        y = rtl.matmul_nbits(**call, accuracy_level=accuracy_level)
-        verdict, ok = "bit-exact with the engine-order model (qaccel.model.nbits_hw)", True
-    except RTLMismatchError as e:
-        y, verdict, ok = None, f"DIFFERENT: {e}", False
-    r = rtl.last_run
+    model = nbits_v2_call(c, M=M, N=N, K=K, bits=bits, block_size=call["block_size"],
+                          bias=call.get("bias") is not None)
+    peak = model.peak_per_cycle
+    rate = r.elements / r.cycles if r.cycles else 0.0
+    exact = r.harness == "stream" and rtl.idle == rtl.backpressure == 0
+    if exact:
+        verdict = "equal" if r.cycles == model.cycles else "DIFFERENT"
+    else:
+        verdict = "not compared: " + ("pauses" if r.harness == "stream" else
+                                      "cocotb counts to the last y beat")
+    cols = c.pe // 2 if bits > 4 else c.pe
+    lines = [
+        f"v2 engine: {r.beats:,} results, {r.elements:,} MACs; row tiles {model.tiles} (up to "
+        f"{c.m_tile} rows), column groups {-(-N // cols)} (of {cols} columns)",
+        f"cycles: RTL {r.cycles:,}, model (nbits_v2_call) {model.cycles:,}: {verdict}",
+        f"{rate:.2f} MAC/cycle: MAC utilisation {rate / peak:.1%} of the peak {peak} MAC/cycle "
+        f"(pe {c.pe} x simd {c.simd}{', half at 5..8 bits' if bits > 4 else ''}); model "
+        f"{model.macs_per_cycle / peak:.1%}, steady state {model.steady_utilisation:.1%} "
+        f"({model.bound} bound); latency {r.latency} cycles",
+    ]
+    return lines, not exact or r.cycles == model.cycles
+
+
+def _v1_lines(rtl, call: dict, M: int, level: int) -> list[str]:
+    """The v1 engine's passes, MAC/cycle against ``pe * simd`` and the weight-bus bound."""
+    from qaccel.model.perf import nbits_call
+
+    c, r = rtl.config, rtl.last_run
+    N, bits = call["N"], call["bits"]
+    zp = call.get("zero_points")
+    zp_kind = "none" if zp is None else "packed" if zp.dtype == np.uint8 else "float"
+    model = nbits_call(c, M=M, N=N, K=call["K"], bits=bits, block_size=call["block_size"],
+                       zero_points=zp_kind, accuracy_level=level,
+                       bias=call.get("bias") is not None)
     peak = c.pe * c.simd
     bus_peak = min(peak, c.weight_bus_width / bits)
     rate = r.elements / r.cycles if r.cycles else 0.0
-    lines = [
-        f"passes {r.beats} ({-(-N // c.pe)} column groups x {call['A'].shape[0]} rows), "
-        f"{r.elements:,} MACs in {r.cycles:,} cycles: {rate:.2f} MACs/cycle",
-        f"MAC utilisation {rate / peak:.1%} of pe x simd = {peak} "
+    return [
+        f"v1 engine (float path): {r.beats} passes ({-(-N // c.pe)} column groups x {M} "
+        f"rows), {r.elements:,} MACs",
+        f"cycles: RTL {r.cycles:,}, model (nbits_call) {model.cycles:,}",
+        f"{rate:.2f} MAC/cycle: MAC utilisation {rate / peak:.1%} of pe x simd = {peak} "
         f"({rate / bus_peak:.1%} of the weight-bus bound {bus_peak:g} for {bits}-bit codes); "
         f"latency {r.latency} cycles",
-        f"{r.simulator} ({r.harness}) {r.wall_time:.1f} s wall; build "
-        f"{'reused' if r.build_reused else 'compiled'}",
-        f"RTL: {verdict}",
     ]
+
+
+def run_report(rtl, call: dict, accuracy_level: int, *, indent: str = "  ") -> bool:
+    """Run ``call`` on ``rtl`` (a :class:`qaccel.RTL` with ``check=True``), print the report;
+    return whether every check passed: bit-exact with the engine's model, the errors against
+    the golden model and ONNX Runtime within 1e-6 of ``sum |a*w|``, and on the v2 engine
+    (stream harness, no pauses) the cycles equal to :func:`~qaccel.model.perf.nbits_v2_call`'s.
+    Raises ValueError for a call the configuration does not take."""
+    import qaccel
+    from qaccel import onnx_models
+    from qaccel.engine import RTLMismatchError
+    from qaccel.model.config import int8_path
+    from qaccel.model.nbits import dequantize_nbits
+
+    K = call["K"]
+    A = call["A"]
+    M = int(np.prod(A.shape[:-1]))
+    zp = call.get("zero_points")
+    v2 = int8_path(accuracy_level, float_zero_points=zp is not None and zp.dtype != np.uint8,
+                   g_idx=call.get("g_idx") is not None)
+    model_name = "qaccel.model.nbits_hw." + ("matmul_nbits_v2" if v2 else "matmul_nbits_hw")
+    try:
+        y = rtl.matmul_nbits(**call, accuracy_level=accuracy_level)
+        verdict, ok = f"bit-exact with the engine's model ({model_name})", True
+    except RTLMismatchError as e:
+        y, verdict, ok = None, f"DIFFERENT: {e}", False
+    r = rtl.last_run
+    if v2:
+        lines, cycles_ok = _v2_lines(rtl, call, M)
+        ok &= cycles_ok
+    else:
+        lines = _v1_lines(rtl, call, M, accuracy_level)
+    lines += [f"{r.simulator} ({r.harness}) {r.wall_time:.1f} s wall; build "
+              f"{'reused' if r.build_reused else 'compiled'}",
+              f"RTL: {verdict}"]
     if y is not None:
         kw = {k: v for k, v in call.items() if k != "A"}
-        A = call["A"]
         golden = qaccel.matmul_nbits(A, **kw, accuracy_level=accuracy_level)
-        W = qaccel.matmul_nbits(np.eye(K, dtype=np.float32),
-                                **{**kw, "bias": None}, accuracy_level=0)
-        bound = np.abs(A).astype(np.float64) @ np.abs(W).astype(np.float64) + 1e-30
+        W = dequantize_nbits(call["B"], call["scales"], zp, call.get("g_idx"), K=K,
+                             N=call["N"], bits=call["bits"], block_size=call["block_size"])
+        a64 = np.abs(A.reshape(-1, K)).astype(np.float64)
+        bound = (a64 @ np.abs(W.T).astype(np.float64)).reshape(y.shape) + 1e-30
         refs = [("golden model", golden)]
         try:
             model = onnx_models.matmul_nbits_model(A, **kw, accuracy_level=accuracy_level)

@@ -9,38 +9,40 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import AccelConfig
+from qaccel.rtl import matmul_nbits as v1
+from qaccel.rtl import matmul_nbits_v2 as v2
 from qaccel.rtl.axis_top import _fields
-from qaccel.rtl.matmul_nbits import (
-    OUT_FORMATS,
-    REGISTERS,
-    ZP_DEFAULT,
-    ZP_FLOAT,
-    ZP_PACKED,
-    MatMulNBits,
-)
 
 __all__ = ["NBitsAxisTop"]
 
-_INPUTS = ("a", "w", "s", "z")
+#: The engines' input streams.
+_INPUTS = {"v1": ("a", "w", "s", "z"), "v2": ("a", "w", "s", "b")}
 
 
 class NBitsAxisTop(wiring.Component):
-    """:class:`~qaccel.rtl.matmul_nbits.MatMulNBits` with AXI4-Stream port names.
+    """The MatMulNBits engine of ``config`` with AXI4-Stream port names: the v2 engine
+    (:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`, int8 path), or while v2 has no
+    float path, the v1 engine (:class:`~qaccel.rtl.matmul_nbits.MatMulNBits`) for a
+    configuration with ``float_path`` set.
 
-    Ports (the names the emitted Verilog carries): ``s_axis_{a,w,s,z}_tdata/tvalid/tready``
-    (A rows, packed weights, scales / float zero points / bias, packed zero points: the
-    engine's ``a``, ``w``, ``s``, ``z`` payloads as flat words, see :meth:`describe`),
-    ``m_axis_y_tdata/tlast/tvalid/tready`` (``pe`` float32 results per pass, ``tlast`` on a
-    job's last pass), ``cfg_<register>`` for the job registers, ``cfg_start`` and ``busy``.
-    Latency and throughput are the engine's: nothing is added.
+    Ports (the names the emitted Verilog carries): ``s_axis_<stream>_tdata/tvalid/tready``
+    for the engine's input streams (v2: ``a`` A rows, ``w`` weight steps, ``s`` scales and
+    zero-point codes per lane, ``b`` biases; v1: ``a``, ``w``, ``s``, ``z``), their payloads
+    as flat words (see :meth:`describe`), ``m_axis_y_tdata/tlast/tvalid/tready`` (``tlast``
+    on a job's last beat), ``cfg_<register>`` for the job registers, ``cfg_start`` and
+    ``busy``. Latency and throughput are the engine's: nothing is added. ``ecp5`` (v2)
+    instantiates ECP5 primitives (MULT18X18D, DP16KD) for an ECP5 build.
     """
 
-    def __init__(self, config: AccelConfig | None = None):
-        self._engine = MatMulNBits(config)
+    def __init__(self, config: AccelConfig | None = None, *, ecp5: bool = False):
+        config = AccelConfig() if config is None else config
+        self._version = "v1" if config.float_path else "v2"
+        self._engine = (v1.MatMulNBits(config) if config.float_path
+                        else v2.MatMulNBitsV2(config, ecp5=ecp5))
         members = self._engine.signature.members
-        ports = {f"cfg_{r}": In(members[r].shape) for r in REGISTERS}
+        ports = {f"cfg_{r}": In(members[r].shape) for r in self._registers}
         ports |= {"cfg_start": In(1), "busy": Out(1)}
-        for s in _INPUTS:
+        for s in _INPUTS[self._version]:
             width = Shape.cast(members[s].signature.members["payload"].shape).width
             ports |= {f"s_axis_{s}_tdata": In(unsigned(width)), f"s_axis_{s}_tvalid": In(1),
                       f"s_axis_{s}_tready": Out(1)}
@@ -51,15 +53,26 @@ class NBitsAxisTop(wiring.Component):
         super().__init__(ports)
 
     @property
-    def engine(self) -> MatMulNBits:
+    def engine(self) -> v1.MatMulNBits | v2.MatMulNBitsV2:
         return self._engine
+
+    @property
+    def _registers(self) -> tuple[str, ...]:
+        return (v1 if self._version == "v1" else v2).REGISTERS
 
     def describe(self) -> dict[str, Any]:
         """A JSON-compatible description: ports, stream payload fields, register codes."""
         members = self._engine.signature.members
+        version = v1 if self._version == "v1" else v2
+        extra = ({"zp_mode": {"default": v1.ZP_DEFAULT, "packed": v1.ZP_PACKED,
+                              "float": v1.ZP_FLOAT}} if self._version == "v1" else
+                 {"lanes": self._engine.lanes, "timing": self._engine.timing,
+                  "wide_columns": [list(p) for p in v2.wide_columns(
+                      self._engine.config.pe, self._engine.lanes)]})
         return {
             "module": "qaccel_matmul_nbits",
             "operator": "matmul_nbits",
+            "engine": self._version,
             "config": self._engine.config.to_dict(),
             "ports": [{"name": name, "direction": "in" if m.flow == wiring.In else "out",
                        "width": Shape.cast(m.shape).width}
@@ -67,17 +80,17 @@ class NBitsAxisTop(wiring.Component):
                 {"name": "clk", "direction": "in", "width": 1},
                 {"name": "rst", "direction": "in", "width": 1}],
             "tdata": {s: _fields(members[s].signature.members["payload"].shape)
-                      for s in _INPUTS},
-            "zp_mode": {"default": ZP_DEFAULT, "packed": ZP_PACKED, "float": ZP_FLOAT},
-            "out_fmt": list(OUT_FORMATS),
+                      for s in _INPUTS[self._version]},
+            "out_fmt": list(version.OUT_FORMATS),
+            **extra,
         }
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.engine = e = self._engine
-        m.d.comb += [getattr(e, r).eq(getattr(self, f"cfg_{r}")) for r in REGISTERS]
+        m.d.comb += [getattr(e, r).eq(getattr(self, f"cfg_{r}")) for r in self._registers]
         m.d.comb += [e.start.eq(self.cfg_start), self.busy.eq(e.busy)]
-        for s in _INPUTS:
+        for s in _INPUTS[self._version]:
             port = getattr(e, s)
             m.d.comb += [port.payload.eq(getattr(self, f"s_axis_{s}_tdata")),
                          port.valid.eq(getattr(self, f"s_axis_{s}_tvalid")),

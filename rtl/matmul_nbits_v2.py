@@ -9,18 +9,15 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import AccelConfig
-from qaccel.model.floatfmt import FORMATS
 from qaccel.model.validate import check_bool
-from qaccel.rtl.decode import Decode
-from qaccel.rtl.decode import min_exp_width as decode_exp_width
-from qaccel.rtl.float_round import FloatRound
-from qaccel.rtl.float_round import min_exp_width as round_exp_width
+from qaccel.rtl.fp32_narrow import LATENCY as _OUT_ROUND_LATENCY
+from qaccel.rtl.fp32_narrow import Fp32Narrow
 from qaccel.rtl.packed_mac_array import PackedMacArray
 from qaccel.rtl.pipeline import delay
 from qaccel.rtl.row_quantizer import RowQuantizer
 from qaccel.rtl.scale_lane import ScaleLane
 
-__all__ = ["COUNT_WIDTH", "OUT_FORMATS", "REGISTERS", "MatMulNBitsV2"]
+__all__ = ["COUNT_WIDTH", "OUT_FORMATS", "REGISTERS", "MatMulNBitsV2", "wide_columns"]
 
 #: ``out_fmt`` values: the type ``y`` is rounded to (A's type), by index.
 OUT_FORMATS = ("float32", "float16", "bfloat16")
@@ -30,11 +27,28 @@ REGISTERS = ("k", "block_size", "bits", "m", "groups", "bias", "out_fmt")
 COUNT_WIDTH = 22
 _Y_FIFO = 16           # y beats reserved past the rounding (more than its latency)
 _BANK_READ_LATENCY = 2  # the output banks' registered read, then the lane choice registered
-_OUT_DECODE_LATENCY, _OUT_ROUND_LATENCY = 1, 3
 
 
 def _log2(n: int) -> int:
     return (n - 1).bit_length()
+
+
+def wide_columns(pe: int, lanes: int) -> tuple[tuple[int, int], ...]:
+    """The MAC columns of each output column at 5..8 bits: ``(lo, hi)`` for column
+    ``c < pe / 2``, the MAC columns whose nibble sums make ``isum = lo + 16 * hi`` (the host
+    packs the code's low and high nibbles there). Lane ``f`` serves the columns ``f + lanes *
+    i``; with ``J = pe / lanes >= 2`` terms per lane, column ``f + lanes * i`` takes the MAC
+    columns ``f + lanes * 2i`` and ``f + lanes * (2i + 1)``, which the lane's own term
+    multiplexer reaches anyway."""
+    J = pe // lanes
+    out = []
+    for c in range(pe // 2):
+        if J >= 2:
+            f, i = c % lanes, c // lanes
+            out.append((f + lanes * 2 * i, f + lanes * (2 * i + 1)))
+        else:
+            out.append((c, c + pe // 2))
+    return tuple(out)
 
 
 class MatMulNBitsV2(wiring.Component):
@@ -55,7 +69,9 @@ class MatMulNBitsV2(wiring.Component):
         steps per word, the first in the low half). A step is the :class:`PackedMacArray`'s
         nibble array ``w[p][j]`` (bit ``4 * (p * simd + j)``): 3..4-bit codes one per nibble
         (2-bit codes two bits each, zero-extended on chip); 5..8-bit codes as column ``c``'s
-        low nibble in ``w[2c]`` and high nibble in ``w[2c + 1]``. Columns past N carry 0.
+        low nibble in ``w[lo]`` and high nibble in ``w[hi]``, ``(lo, hi) =``
+        :func:`wide_columns` ``(pe, F)[c]`` (the lane that serves column ``c`` adds
+        ``16 *`` the high nibbles' sum). Columns past N carry 0.
     ``b``
         With ``bias``, per group ``J = pe / F`` beats, beat ``j`` holding the biases of columns
         ``f + F * j`` for lane ``f`` (float32).
@@ -101,7 +117,7 @@ class MatMulNBitsV2(wiring.Component):
         self._rq = RowQuantizer(max_block=config.max_block_size, ecp5=ecp5)
         asum_width = self._rq.asum_width
         self._lanes = [ScaleLane(depth=config.m_tile * self._J,
-                                 isum_width=self._mac.isum_width, asum_width=asum_width,
+                                 isum_width=self._mac.acc_width, asum_width=asum_width,
                                  ecp5=ecp5)
                        for _ in range(F)]
         super().__init__({
@@ -134,16 +150,18 @@ class MatMulNBitsV2(wiring.Component):
 
         ``start``: ``start`` to the first tile's row-quantiser start (the sizing states);
         ``issue``: the quantiser's ``busy`` low to the first weight step; ``to_lane``: a
-        step's issue to its MAC beat, plus the block sums' register (where the block's
-        activation scale and sum join them) and the lanes' skid register, without the MAC
-        latency; ``bank``: a
-        lane result to its bank being readable; ``out``: a bank word taken to its ``y`` beat
-        (the bank's registered read, the float16 / bfloat16 rounding and the ``y`` FIFO);
+        step's issue to its MAC beat (the activation word read and registered), plus the
+        block sums' register (where the block's activation scale and sum join them), without
+        the MAC latency (the lanes' latency counts their input skid); ``bank``: a lane
+        result to its bank being readable;
+        ``out``: a bank word taken to its ``y`` beat (the bank's registered read, the
+        float16 / bfloat16 rounding of :class:`~qaccel.rtl.fp32_narrow.Fp32Narrow` and the
+        ``y`` FIFO);
         ``next_tile``: a tile's last bank word taken to the next tile's quantiser start;
         ``done``: the last ``y`` beat to ``busy`` low; and the units' ``mac``, ``lane``,
         ``recurrence`` and the row quantiser's ``quantizer`` latency."""
         return {"start": 3, "issue": 2, "to_lane": 3, "bank": 1,
-                "out": _BANK_READ_LATENCY + _OUT_DECODE_LATENCY + _OUT_ROUND_LATENCY + 2,
+                "out": _BANK_READ_LATENCY + _OUT_ROUND_LATENCY + 2,
                 "next_tile": 4,
                 "done": 1, "mac": self._mac.latency, "lane": self._lanes[0].latency,
                 "recurrence": self._lanes[0].recurrence, "quantizer": self._rq.latency}
@@ -282,15 +300,20 @@ class MatMulNBitsV2(wiring.Component):
             m.d.sync += [lane_i.eq(0), lrow.eq(0), lstep.eq(0), brow.eq(0), bblk.eq(0)]
 
         # -- weight steps into the MAC array, the tile's rows taking turns ----------------------
+        # (every compare of a counter with its end is a register, set when the counter moves)
         act_r = act.read_port()
-        c = Signal(CW)                      # step of the row
+        c = Signal(log_steps + 1)           # step of the row
         cb = Signal(range(mb // simd + 1))  # step within the block
         r = Signal(range(T))
         g = Signal(CW)
+        c_last, cb_last, r_last, g_last = Signal(), Signal(), Signal(), Signal()
         bpb = bs_r >> log_simd              # steps per block
-        s1_valid = Signal()
-        s1 = Signal(mac.i.payload.shape())
-        advance = ~s1_valid | mac.i.ready
+        # two stages: s1 holds the step while the activation memory reads its word; s2 adds
+        # that word (a register after the block RAM's slow unregistered output)
+        s1_valid, s2_valid = Signal(), Signal()
+        s1, s2 = Signal(mac.i.payload.shape()), Signal(mac.i.payload.shape())
+        advance2 = ~s2_valid | mac.i.ready
+        advance = ~s1_valid | advance2
         issue = Signal()
         m.d.comb += issue.eq(feeding & self.w.valid & advance)
         half = Signal()
@@ -302,75 +325,84 @@ class MatMulNBitsV2(wiring.Component):
                 m.d.comb += nib[4 * i:4 * i + 4].eq(lo2[2 * i:2 * i + 2])
         with m.Else():
             m.d.comb += nib.eq(self.w.payload)
-        word_done = (r == rows_r - 1) & (~two | c[0] | (c == steps_r - 1))
+        word_done = r_last & (~two | c[0] | c_last)
         m.d.comb += [self.w.ready.eq(issue & word_done),
                      act_r.addr.eq((r << log_steps) | c[:log_steps]), act_r.en.eq(advance),
-                     mac.wide.eq(wide),
-                     mac.i.payload.eq(s1), mac.i.payload.qa.eq(act_r.data),
-                     mac.i.valid.eq(s1_valid)]
+                     mac.i.payload.eq(s2), mac.i.valid.eq(s2_valid)]
+        with m.If(advance2):
+            m.d.sync += [s2_valid.eq(s1_valid), s2.eq(s1), s2.qa.eq(act_r.data)]
         with m.If(advance):
             m.d.sync += [s1_valid.eq(issue), s1.w.eq(nib), s1.row.eq(r),
-                         s1.first.eq(cb == 0), s1.last.eq(cb == bpb - 1)]
+                         s1.first.eq(cb == 0), s1.last.eq(cb_last)]
         with m.If(issue):
-            with m.If(r == rows_r - 1):
-                m.d.sync += [r.eq(0), cb.eq(Mux(cb == bpb - 1, 0, cb + 1))]
-                with m.If(c == steps_r - 1):
-                    m.d.sync += [c.eq(0), g.eq(g + 1)]
-                    with m.If(g == groups_r - 1):
+            with m.If(r_last):
+                m.d.sync += [r.eq(0), r_last.eq(rows_r == 1),
+                             cb.eq(Mux(cb_last, 0, cb + 1)),
+                             cb_last.eq(Mux(cb_last, bpb == 1, cb == bpb - 2))]
+                with m.If(c_last):
+                    m.d.sync += [c.eq(0), c_last.eq(steps_r == 1),
+                                 g.eq(g + 1), g_last.eq(g == groups_r - 2)]
+                    with m.If(g_last):
                         m.d.sync += feeding.eq(0)
                 with m.Else():
-                    m.d.sync += c.eq(c + 1)
+                    m.d.sync += [c.eq(c + 1), c_last.eq(c == steps_r - 2)]
             with m.Else():
-                m.d.sync += r.eq(r + 1)
+                m.d.sync += [r.eq(r + 1), r_last.eq(r == rows_r - 2)]
         with m.If(feed_go):
-            m.d.sync += [feeding.eq(1), c.eq(0), cb.eq(0), r.eq(0), g.eq(0)]
+            m.d.sync += [feeding.eq(1), c.eq(0), cb.eq(0), r.eq(0), g.eq(0),
+                         c_last.eq(steps_r == 1), cb_last.eq(bpb == 1),
+                         r_last.eq(rows_r == 1), g_last.eq(groups_r == 1)]
 
         # -- MAC results: held in a register with their block's activation scale and sum -------
         # (the MAC array's output FIFO is the buffer; a result leaves it once the lanes have
         # taken its J terms)
+        # (every compare that the hand-off needs is a register, set when its counter moves)
         blk_r = blkp.read_port()
         head_valid = Signal()
         head_isum = Signal.like(mac.o.payload.isum)
         head_row = Signal.like(mac.o.payload.row)
         head_first, head_last = Signal(), Signal()
-        ob = Signal(CW)
-        orow = Signal(range(T))
+        need_s, need_b = Signal(), Signal()        # the head's row 0: s beats; and bias beats
+        ob = Signal(log_kb + 1)                    # block of the next result
+        orow = Signal(range(T))                    # its row
+        ob_last, orow_last = Signal(), Signal()    # ob == kb_r - 1, orow == rows_r - 1
         j = Signal(range(J))
+        j_last = Signal(init=J == 1)               # j == J - 1
         go = Signal()
-        h_move = ~head_valid | (go & (j == J - 1))
+        h_move = ~head_valid | (go & j_last)
         accept = mac.o.valid & h_move
         m.d.comb += [mac.o.ready.eq(h_move),
                      blk_r.addr.eq((orow << log_kb) | ob[:log_kb]), blk_r.en.eq(h_move)]
         with m.If(h_move):
             m.d.sync += [head_valid.eq(mac.o.valid), head_isum.eq(mac.o.payload.isum),
                          head_row.eq(mac.o.payload.row), head_first.eq(ob == 0),
-                         head_last.eq(ob == kb_r - 1)]
+                         head_last.eq(ob_last), need_s.eq(mac.o.payload.row == 0),
+                         need_b.eq(bias_r & (ob == 0) & (mac.o.payload.row == 0))]
         head_blk = data.View(rq.blk.payload.shape(), blk_r.data)
         with m.If(accept):
-            with m.If(orow == rows_r - 1):
-                m.d.sync += [orow.eq(0), ob.eq(Mux(ob == kb_r - 1, 0, ob + 1))]
-                with m.If(ob == kb_r - 1):
+            with m.If(orow_last):
+                m.d.sync += [orow.eq(0), orow_last.eq(rows_r == 1),
+                             ob.eq(Mux(ob_last, 0, ob + 1)),
+                             ob_last.eq(Mux(ob_last, kb_r == 1, ob == kb_r - 2))]
+                with m.If(ob_last):
                     m.d.sync += out_groups.eq(out_groups + 1)
             with m.Else():
-                m.d.sync += orow.eq(orow + 1)
+                m.d.sync += [orow.eq(orow + 1), orow_last.eq(orow == rows_r - 2)]
         with m.If(load_go):
-            m.d.sync += [ob.eq(0), orow.eq(0), out_groups.eq(0), read_groups.eq(0)]
+            m.d.sync += [ob.eq(0), orow.eq(0), out_groups.eq(0), read_groups.eq(0),
+                         ob_last.eq(kb_r == 1), orow_last.eq(rows_r == 1)]
 
         # -- the lanes: each MAC result as J terms per lane, in lock step -----------------------
-        # (through a two-entry skid register, so that the lanes' ready, which depends on
-        # their accumulator scoreboard, does not reach back into the MAC hand-off)
-        need_s = head_row == 0
-        need_b = bias_r & head_first & (head_row == 0)
+        # (the lanes' ready is a register: their input skid is not full)
         valid_all = head_valid & (~need_s | self.s.valid) & (~need_b | self.b.valid)
         terms = data.ArrayLayout(self._lanes[0].i.payload.shape(), F)
         term_in = Signal(terms)
-        main, spare = Signal(terms), Signal(terms)
-        main_valid, spare_valid = Signal(), Signal()
-        pop = main_valid & self._lanes[0].i.ready
-        m.d.comb += [go.eq(valid_all & ~spare_valid),
+        m.d.comb += [go.eq(valid_all & self._lanes[0].i.ready),
                      self.s.ready.eq(go & need_s), self.b.ready.eq(go & need_b)]
         with m.If(go):
-            m.d.sync += j.eq(Mux(j == J - 1, 0, j + 1))
+            m.d.sync += [j.eq(Mux(j_last, 0, j + 1)),
+                         j_last.eq(Mux(j_last, J == 1, j == J - 2))]
+        pairs = wide_columns(pe, F)
         replay_layout = data.StructLayout({"scale": unsigned(32), "zp": unsigned(8),
                                            "bias": unsigned(32)})
         for f, lane in enumerate(self._lanes):
@@ -388,28 +420,28 @@ class MatMulNBitsV2(wiring.Component):
                 with m.Elif(~head_first):
                     m.d.comb += cur.bias.eq(rr.data.bias)
             m.d.comb += rw.data.eq(cur)
+            # the term's block sums: MAC column f + F * j, or at 5..8 bits the two columns
+            # of output column f + F * j (wide_columns; none past pe / 2)
             isum = Signal.like(head_isum[0], name=f"isum{f}")
+            isum_hi = Signal.like(head_isum[0], name=f"isum_hi{f}")
             with m.Switch(j):
                 for jj in range(J):
+                    c = f + F * jj
                     with m.Case(jj):
-                        m.d.comb += isum.eq(head_isum[f + F * jj])
+                        if c < pe // 2:
+                            lo, hi = pairs[c]
+                            m.d.comb += [isum.eq(Mux(wide, head_isum[lo], head_isum[c])),
+                                         isum_hi.eq(Mux(wide, head_isum[hi], 0))]
+                        else:
+                            m.d.comb += isum.eq(head_isum[c])
             li = term_in[f]
-            m.d.comb += [li.isum.eq(isum), li.asum.eq(head_blk.asum), li.sa.eq(head_blk.sa),
+            m.d.comb += [li.isum.eq(isum), li.isum_hi.eq(isum_hi),
+                         li.asum.eq(head_blk.asum), li.sa.eq(head_blk.sa),
                          li.sb.eq(cur.scale), li.zp.eq(cur.zp),
                          li.bias.eq(Mux(bias_r, cur.bias, 0)),
                          li.first.eq(head_first), li.last.eq(head_last),
                          li.addr.eq(head_row * J + j),
-                         lane.i.payload.eq(main[f]), lane.i.valid.eq(main_valid)]
-        with m.If(pop):
-            with m.If(spare_valid):
-                m.d.sync += [main.eq(spare), spare_valid.eq(0)]
-            with m.Else():
-                m.d.sync += [main.eq(term_in), main_valid.eq(go)]
-        with m.Elif(go):
-            with m.If(main_valid):
-                m.d.sync += [spare.eq(term_in), spare_valid.eq(1)]
-            with m.Else():
-                m.d.sync += [main.eq(term_in), main_valid.eq(1)]
+                         lane.i.payload.eq(term_in[f]), lane.i.valid.eq(valid_all)]
 
         # -- lane outputs into two banks; the y path reads a full bank row by row ---------------
         depth = 1 << _log2(T * J)
@@ -468,17 +500,10 @@ class MatMulNBitsV2(wiring.Component):
         # -- output: rounding to A's type, then a FIFO reserved by a credit ---------------------
         assert _Y_FIFO > self.timing["out"]         # a word a cycle with y ready
         m.submodules.y_fifo = y_fifo = fifo.SyncFIFOBuffered(width=33, depth=_Y_FIFO)
-        halves = tuple(FORMATS[fm] for fm in OUT_FORMATS[1:])
-        ew = max(decode_exp_width((FORMATS["float32"],)), round_exp_width(halves))
-        lat = _OUT_DECODE_LATENCY + _OUT_ROUND_LATENCY
-        m.submodules.out_dec = dec = Decode(("float32",), sig_width=24, exp_width=ew,
-                                            latency=_OUT_DECODE_LATENCY)
-        m.submodules.out_round = rnd = FloatRound(halves, sig_width=24, exp_width=ew,
-                                                  latency=_OUT_ROUND_LATENCY)
-        m.d.comb += [dec.code.eq(word), dec.fmt.eq(0), rnd.i.eq(dec.o),
-                     rnd.fmt.eq(out_fmt_r - 1), rnd.saturate.eq(0),
-                     y_fifo.w_data.eq(Mux(out_fmt_r == 0, delay(m, word, lat, "y"),
-                                          rnd.code)),
+        m.submodules.out_round = rnd = Fp32Narrow()
+        lat = rnd.latency
+        m.d.comb += [rnd.a.eq(word), rnd.fmt.eq(out_fmt_r == OUT_FORMATS.index("bfloat16")),
+                     y_fifo.w_data.eq(Mux(out_fmt_r == 0, delay(m, word, lat, "y"), rnd.y)),
                      y_fifo.w_data[32].eq(delay(m, job_last, _BANK_READ_LATENCY + lat,
                                                 "y_last"))]
         taken = take

@@ -1,4 +1,4 @@
-"""MatMulNBits v2 integer MAC array: exact int8 x code block sums for a tile of rows, two MACs
+"""MatMulNBits v2 integer MAC array: exact int8 x nibble block sums for a tile of rows, two MACs
 per MULT18X18D (docs/matmul_nbits_v2.md, sections 1 and 3)."""
 
 from __future__ import annotations
@@ -39,26 +39,23 @@ PACKED_WIDTH = SHIFT + PRODUCT_WIDTH
 
 
 class PackedMacArray(wiring.Component):
-    """Exact integer block sums of int8 activations against raw weight codes, for a tile of
-    rows that share each weight step, with two MACs per 18 x 18 multiplier.
+    """Exact integer block sums of int8 activations against 4-bit weight nibbles, for a tile
+    of rows that share each weight step, with two MACs per 18 x 18 multiplier.
 
     For row ``r`` of the tile, column ``p`` and one K-block, the unit emits
     ``isum[r][p] = sum_k qa[r][k] * q[p][k]`` exactly, with ``qa`` the int8 activations
-    (-128 .. 127) and ``q`` the raw unsigned weight codes: the ``isum`` of the int8 path of
-    docs/matmul_nbits_v2.md, section 1 (``asum`` and the zero points are not computed here).
-
-    Modes (``wide``, sampled with every beat; the value taken with a block's ``last`` beat
-    decides how its ``o`` beat is formed, the accumulation is the same in both modes):
-
-    - ``wide = 0`` (codes of 2 to 4 bits): ``pe`` columns, ``q[p][k] = w[p][s]`` (0 .. 15).
-    - ``wide = 1`` (codes of 5 to 8 bits): ``pe / 2`` columns at half the rate:
-      ``q[j][k] = w[2j][s] + 16 * w[2j+1][s]`` (0 .. 255) for ``j < pe / 2``; the beat's
-      ``isum[j]`` holds column ``j`` and ``isum[j]`` for ``j >= pe / 2`` is 0.
+    (-128 .. 127) and ``q[p][k] = w[p][s]`` the 4-bit unsigned nibble (0 .. 15) of column
+    ``p``: the ``isum`` of the int8 path of docs/matmul_nbits_v2.md, section 1 (``asum`` and
+    the zero points are not computed here). Codes of 2 to 4 bits are the nibbles themselves.
+    Codes of 5 to 8 bits take two columns: the caller puts a code's low nibble in one column
+    and its high nibble in another and combines the two sums as ``lo + 16 * hi`` downstream
+    (the v2 engine does it in its scale lanes); this unit has no mode and never combines
+    columns.
 
     Multipliers: slot ``(j, s)`` (pair ``j < pe / 2``, lane ``s < simd``, index
-    ``j * simd + s``) takes ``n0 = w[2j][s]``, ``n1 = w[2j+1][s]`` and ``qa[s]`` in either mode
-    and yields ``qa * n0`` and ``qa * n1`` (each in ``-1920 .. 1905``, 12 bits signed). Slots
-    with index below ``dsp_pairs`` compute one product ``P = qa * (n0 + n1 * 2 ** 12)``
+    ``j * simd + s``) takes ``n0 = w[2j][s]``, ``n1 = w[2j+1][s]`` and ``qa[s]`` and yields
+    ``qa * n0`` and ``qa * n1`` (each in ``-1920 .. 1905``, 12 bits signed). Slots with
+    index below ``dsp_pairs`` compute one product ``P = qa * (n0 + n1 * 2 ** 12)``
     (8-bit signed times a 16-bit non-negative operand: one MULT18X18D on ECP5; :data:`SHIFT`
     ``= 12``, the fewest bits that hold ``qa * n0`` exactly), registered, and split it:
     ``qa * n0`` is ``P``'s low 12 bits sign-extended, ``qa * n1`` is ``(P >> 12) + P[11]``
@@ -66,8 +63,7 @@ class PackedMacArray(wiring.Component):
     LUT multipliers: each nibble product is ``d0 * qa + 4 * d1 * qa`` with ``d0, d1`` the
     nibble's 2-bit digits, each digit product a 4-way choice of ``0, qa, 2 * qa, 3 * qa``
     (``3 * qa`` formed once per lane), then one add: no ``*``, so Yosys cannot put them on a
-    DSP. Column ``2j`` sums the ``qa * n0`` of pair ``j``, column ``2j + 1`` its ``qa * n1``;
-    in wide mode the output stage combines ``isum[j] = acc[2j] + 16 * acc[2j + 1]``.
+    DSP. Column ``2j`` sums the ``qa * n0`` of pair ``j``, column ``2j + 1`` its ``qa * n1``.
 
     Input ``i``: one beat per (K step, row): ``simd`` activations of row ``row``, the
     ``pe x simd`` nibbles of the step (held by the feed for the tile's rows), ``first`` (the
@@ -81,10 +77,9 @@ class PackedMacArray(wiring.Component):
     Output ``o``: one beat per (row, block), in the order of the ``last`` beats, with the
     block's ``row``.
 
-    Widths: the accumulators are :attr:`acc_width` ``= log2(max_block) + 12`` bits signed
-    (``[-1920, 1905] * max_block``); ``isum`` is :attr:`isum_width` ``= log2(max_block) + 16``
-    bits signed, which holds ``[-128, 127] * 255 * max_block`` exactly (wide codes).
-    Longer blocks may wrap.
+    Widths: the accumulators and each ``isum`` are :attr:`acc_width`
+    ``= log2(max_block) + 12`` bits signed, which holds ``[-128, 127] * 15 * max_block``
+    (``[-1920, 1905] * max_block``) exactly. Longer blocks may wrap.
 
     Pipeline (one level of logic per stage, the multipliers alone excepted): stage 1 the
     operands (DSP slots: ``qa`` and the nibbles, inside the MULT18X18D with ``ecp5``; LUT
@@ -104,9 +99,8 @@ class PackedMacArray(wiring.Component):
     copy of the read address register, which would otherwise fan out to every RAM cell. The
     word is read, added to the step's sums and written back in the same cycle, so a row's
     next step may follow in the very next cycle. ``rows = 16`` needs 17 words: a second RAM
-    bank and a multiplexer in that loop. On ``last`` the sums are registered, then the
-    mode's operands are selected (register), then added (wide mode) on the way into the
-    output FIFO, which has an output register.
+    bank and a multiplexer in that loop. On ``last`` the sums are registered and written
+    as they are into the output FIFO, which has an output register.
 
     DSP mapping: each DSP slot is :func:`qaccel.rtl.ecp5.registered_product`. With
     ``ecp5=False`` (default) the packed product is a ``*`` between two registers, which
@@ -119,11 +113,11 @@ class PackedMacArray(wiring.Component):
     simulators have no MULT18X18D model: simulate with ``ecp5=False`` (the tests check the
     instances' wiring against it on Icarus with a model of the cell).
 
-    Latency: :attr:`latency` ``= pre_stages + tree_stages + 4`` cycles from the transfer of a
-    block's last beat to its ``o`` beat being offered, without back-pressure (the 4: the
-    result register, the operand register, the FIFO's memory and its output register; the
-    accumulator stage itself is combinational into the result register): ``6 + log2(simd)``
-    with all slots on DSPs, ``7 + log2(simd)`` with LUT multipliers (8 and 9 at simd 4).
+    Latency: :attr:`latency` ``= pre_stages + tree_stages + 3`` cycles from the transfer of a
+    block's last beat to its ``o`` beat being offered, without back-pressure (the 3: the
+    result register, the FIFO's memory and its output register; the accumulator stage
+    itself is combinational into the result register): ``5 + log2(simd)`` with all slots on
+    DSPs, ``6 + log2(simd)`` with LUT multipliers (7 and 8 at simd 4).
 
     Throughput: one ``i`` beat per cycle, sustained with ``o.ready`` high, whatever the block
     length and row order (one-step blocks included). Flow control is a credit counter: a beat
@@ -137,7 +131,7 @@ class PackedMacArray(wiring.Component):
     Parameters
     ----------
     pe : :class:`int`
-        Output columns in narrow mode, even, 2 to 128.
+        Output columns, even, 2 to 128.
     simd : :class:`int`
         K elements per step, one of :data:`SIMD`.
     rows : :class:`int`
@@ -164,11 +158,9 @@ class PackedMacArray(wiring.Component):
         "first": 1, "last": 1})))`
         One (K step, row): ``qa[s]`` lane ``s``'s activation, ``w[p][s]`` nibble of column
         ``p``, lane ``s``.
-    wide : :py:`In(1)`
-        0: codes of 2..4 bits, ``pe`` columns; 1: codes of 5..8 bits, ``pe / 2`` columns.
-    o : :py:`Out(stream.Signature(StructLayout({"isum": ArrayLayout(signed(isum_width), pe),
+    o : :py:`Out(stream.Signature(StructLayout({"isum": ArrayLayout(signed(acc_width), pe),
         "row": unsigned(row_width)})))`
-        One beat per (row, block).
+        One beat per (row, block): ``isum[p]`` column ``p``'s block sum.
     busy : :py:`Out(1)`
         Anything in flight: a row's block begun (its ``last`` beat not yet taken) or a
         block's result not yet transferred on ``o``.
@@ -192,7 +184,6 @@ class PackedMacArray(wiring.Component):
         self._ecp5 = ecp5
         self._levels = simd.bit_length() - 1
         self._acc_width = signed_width(-128 * 15 * max_block, 127 * 15 * max_block)
-        self._isum_width = signed_width(-128 * 255 * max_block, 127 * 255 * max_block)
         self._row_width = max(1, (rows - 1).bit_length())
         self._fifo_depth = 1 << (self.latency + 1).bit_length()
         super().__init__({
@@ -201,9 +192,8 @@ class PackedMacArray(wiring.Component):
                 "w": data.ArrayLayout(data.ArrayLayout(unsigned(4), simd), pe),
                 "row": unsigned(self._row_width), "first": unsigned(1),
                 "last": unsigned(1)}))),
-            "wide": In(1),
             "o": Out(stream.Signature(data.StructLayout({
-                "isum": data.ArrayLayout(signed(self._isum_width), pe),
+                "isum": data.ArrayLayout(signed(self._acc_width), pe),
                 "row": unsigned(self._row_width)}))),
             "busy": Out(1),
         })
@@ -212,7 +202,7 @@ class PackedMacArray(wiring.Component):
 
     @property
     def pe(self) -> int:
-        """Output columns in narrow mode (``pe / 2`` in wide mode)."""
+        """Output columns."""
         return self._pe
 
     @property
@@ -232,7 +222,7 @@ class PackedMacArray(wiring.Component):
 
     @property
     def slots(self) -> int:
-        """Multiplier slots, ``pe / 2 * simd`` (two MACs each in narrow mode)."""
+        """Multiplier slots, ``pe / 2 * simd`` (two MACs each)."""
         return self._pe // 2 * self._simd
 
     @property
@@ -252,13 +242,8 @@ class PackedMacArray(wiring.Component):
 
     @property
     def acc_width(self) -> int:
-        """Bits of an accumulator (signed): ``log2(max_block) + 12``."""
+        """Bits of an accumulator and of each ``isum`` (signed): ``log2(max_block) + 12``."""
         return self._acc_width
-
-    @property
-    def isum_width(self) -> int:
-        """Bits of each ``isum`` (signed): ``log2(max_block) + 16``."""
-        return self._isum_width
 
     @property
     def ecp5(self) -> bool:
@@ -279,12 +264,13 @@ class PackedMacArray(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from the transfer of a block's last beat to its ``o`` beat being offered
-        (no back-pressure): ``pre_stages + tree_stages + 4``."""
-        return self.pre_stages + self.tree_stages + 4
+        (no back-pressure): ``pre_stages + tree_stages + 3``."""
+        return self.pre_stages + self.tree_stages + 3
 
     @property
     def fifo_depth(self) -> int:
-        """Blocks the output FIFO holds (the credit limit)."""
+        """Blocks the output FIFO holds (the credit limit): the least power of two
+        ``> latency + 1``."""
         return self._fifo_depth
 
     # -- hardware ------------------------------------------------------------------------------
@@ -352,13 +338,13 @@ class PackedMacArray(wiring.Component):
         # ``read``: the accumulator word the beat adds to, row ``R`` (always 0) on ``first``;
         # ``write``: a beat with a legal row (a bad row never overwrites word R)
         flag_layout = data.StructLayout({"valid": 1, "write": 1, "first": 1, "last": 1,
-                                         "wide": 1, "row": unsigned(self._row_width),
+                                         "row": unsigned(self._row_width),
                                          "read": range(R + 1)})
         stages = self.pre_stages + self.tree_stages
         flags = [Signal(flag_layout, name=f"flags_{k}") for k in range(stages)]
         m.d.sync += [flags[0].valid.eq(fire), flags[0].write.eq(fire & (i.payload.row < R)),
                      flags[0].first.eq(i.payload.first),
-                     flags[0].last.eq(i.payload.last), flags[0].wide.eq(self.wide),
+                     flags[0].last.eq(i.payload.last),
                      flags[0].row.eq(i.payload.row),
                      flags[0].read.eq(Mux(i.payload.first, R, i.payload.row))]
         for k in range(1, stages):
@@ -473,33 +459,16 @@ class PackedMacArray(wiring.Component):
                     m.d.comb += [total[p].eq(rd.data[k] + step[p] + carry[p]),
                                  wr.data[k].eq(total[p])]
 
-        # -- results: registered on last, operands chosen by the mode, added into the FIFO -------
+        # -- results: registered on last, into the FIFO as they are ------------------------------
         res = Signal(acc_shape, reset_less=True)
         res_valid = Signal()
         res_row = Signal(self._row_width, reset_less=True)
-        res_wide = Signal(reset_less=True)
-        m.d.sync += [res.eq(total), res_row.eq(f.row), res_wide.eq(f.wide),
-                     res_valid.eq(f.valid & f.last)]
-        opa = [Signal(signed(self._acc_width), name=f"opa_{p}", reset_less=True)
-               for p in range(P)]
-        opb = [Signal(signed(self._acc_width), name=f"opb_{p}", reset_less=True)
-               for p in range(P // 2)]
-        op_valid = Signal()
-        op_row = Signal(self._row_width, reset_less=True)
-        m.d.sync += [op_valid.eq(res_valid), op_row.eq(res_row)]
-        for p in range(P):
-            if p < P // 2:
-                m.d.sync += [opa[p].eq(Mux(res_wide, res[2 * p], res[p])),
-                             opb[p].eq(Mux(res_wide, res[2 * p + 1], 0))]
-            else:
-                m.d.sync += opa[p].eq(Mux(res_wide, 0, res[p]))
+        m.d.sync += [res.eq(total), res_row.eq(f.row), res_valid.eq(f.valid & f.last)]
         result = Signal(o.payload.shape())
-        m.d.comb += result.row.eq(op_row)
-        for p in range(P):
-            m.d.comb += result.isum[p].eq(opa[p] + (opb[p] << 4) if p < P // 2 else opa[p])
+        m.d.comb += [result.isum.eq(res), result.row.eq(res_row)]
 
         # -- output FIFO and credits ------------------------------------------------------------
-        m.d.comb += [out_fifo.w_data.eq(result), out_fifo.w_en.eq(op_valid),
+        m.d.comb += [out_fifo.w_data.eq(result), out_fifo.w_en.eq(res_valid),
                      o.payload.eq(out_fifo.r_data), o.valid.eq(out_fifo.r_rdy),
                      out_fifo.r_en.eq(o.ready)]
         taken = Signal()

@@ -287,21 +287,26 @@ class RowQuantizer(wiring.Component):
         m.d.comb += a.ready.eq(w_run & (used != R) & (credits != 0))
         accept = Signal()
         m.d.comb += accept.eq(a.valid & a.ready)
-        w_row_end = Signal()
+        # (the compares with the counters' ends are registers, set as the counters move)
+        w_row_end = Signal()                               # w_left == 1
+        w_last_row = Signal()                              # w_rows == 1
         w_end = Signal()                                   # the element completes a block
-        m.d.comb += [w_row_end.eq(w_left == 1), w_end.eq((w_pos == bs_m1) | w_row_end)]
+        m.d.comb += w_end.eq((w_pos == bs_m1) | w_row_end)
         m.d.comb += [wr.addr.eq(wptr), wr.data.eq(a.payload), wr.en.eq(accept)]
+        k_r = Signal(K_WIDTH)
         with m.If(accept):
             m.d.sync += [wptr.eq(wptr + 1),                # R is a power of two
                          w_pos.eq(Mux(w_end, 0, w_pos + 1)),
-                         w_left.eq(Mux(w_row_end, self.k, w_left - 1))]
+                         w_left.eq(Mux(w_row_end, k_r, w_left - 1)),
+                         w_row_end.eq(Mux(w_row_end, k_r == 1, w_left == 2))]
             with m.If(w_row_end):
-                m.d.sync += w_rows.eq(w_rows - 1)
-                with m.If(w_rows == 1):
+                m.d.sync += [w_rows.eq(w_rows - 1), w_last_row.eq(w_rows == 2)]
+                with m.If(w_last_row):
                     m.d.sync += w_run.eq(0)
         with m.If(go):
             m.d.sync += [w_run.eq(job_ok), w_left.eq(self.k), w_pos.eq(0),
-                         w_rows.eq(self.rows)]
+                         w_rows.eq(self.rows), k_r.eq(self.k),
+                         w_row_end.eq(self.k == 1), w_last_row.eq(self.rows == 1)]
 
         # -- running amax: W1 registers the magnitude, W2 combines ----------------------------
         w1_valid, w1_end = Signal(), Signal()
@@ -464,27 +469,31 @@ class RowQuantizer(wiring.Component):
         reserved = Signal(range(_OUT_DEPTH + 1))           # beats in flight or in the FIFO
         fire = Signal()
         m.d.comb += fire.eq(r_run & (r_idx != s_wr) & (reserved != _OUT_DEPTH))
-        r_block_last = Signal()
+        # (registers, set as the counters move: r_pos == bs_m1, r_left != 0, r_left <= 1,
+        # r_rows == 1)
+        r_block_last, r_data, r_le1, r_last_row = Signal(), Signal(), Signal(), Signal()
         r_row_last = Signal()
-        r_data = Signal()
-        m.d.comb += [r_block_last.eq(r_pos == bs_m1),
-                     r_row_last.eq(r_block_last & (r_left <= 1)),
-                     r_data.eq(r_left != 0)]
+        m.d.comb += r_row_last.eq(r_block_last & r_le1)
         m.d.comb += rd.addr.eq(rptr)                       # en stays 1: no logic after
         with m.If(fire):
             m.d.sync += [r_pos.eq(Mux(r_block_last, 0, r_pos + 1)),
-                         r_left.eq(Mux(r_row_last, self.k, Mux(r_data, r_left - 1, 0)))]
+                         r_block_last.eq(~r_block_last & (r_pos == bs_m1 - 1)),
+                         r_left.eq(Mux(r_row_last, k_r, Mux(r_data, r_left - 1, 0))),
+                         r_data.eq(Mux(r_row_last, k_r != 0, r_data & ~r_le1)),
+                         r_le1.eq(Mux(r_row_last, k_r <= 1, ~r_data | (r_left <= 2)))]
             with m.If(r_data):
                 m.d.sync += rptr.eq(rptr + 1)
             with m.If(r_block_last):
                 m.d.sync += r_idx.eq(r_idx + 1)
             with m.If(r_row_last):
-                m.d.sync += r_rows.eq(r_rows - 1)
-                with m.If(r_rows == 1):
+                m.d.sync += [r_rows.eq(r_rows - 1), r_last_row.eq(r_rows == 2)]
+                with m.If(r_last_row):
                     m.d.sync += r_run.eq(0)
         with m.If(go):
             m.d.sync += [r_run.eq(job_ok), r_left.eq(self.k), r_pos.eq(0),
-                         r_rows.eq(self.rows)]
+                         r_rows.eq(self.rows), r_block_last.eq(0),
+                         r_data.eq(self.k != 0), r_le1.eq(self.k <= 1),
+                         r_last_row.eq(self.rows == 1)]
         m.d.sync += used.eq(used + accept - (fire & r_data))
 
         # -- lane: c0 fire, c1 read data, c2 unpack, c3 products, c4 partial sums, c5 product,

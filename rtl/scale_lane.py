@@ -36,14 +36,17 @@ def _add() -> wiring.Component:
 #: Cycles from ``w_en`` of :class:`amaranth.lib.fifo.SyncFIFOBuffered` to ``r_rdy`` (its
 #: inner memory's registered read, then its output register). Checked by the tests.
 _FIFO_LATENCY = 2
+#: Cycles from an input transfer to its admission at the earliest (the skid's head register).
+_SKID_LATENCY = 1
 #: Delay lines at least this many bits x cycles, and at least 4 cycles long, run through a
 #: LUT RAM (one write and one read per cycle) instead of flip-flops.
 _RAM_DELAY_BITS = 128
 
 
 def _d_width(isum_width: int, asum_width: int) -> int:
-    """Bits of the signed ``d = isum - zp * asum`` (``zp * asum`` fits ``asum_width + 8``)."""
-    return max(isum_width, asum_width + 8) + 1
+    """Bits of the signed ``d = isum + 16 * isum_hi - zp * asum`` (the first two fit
+    ``isum_width + 5``, ``zp * asum`` fits ``asum_width + 8``)."""
+    return max(isum_width + 5, asum_width + 8) + 1
 
 
 def _shift_groups(n: int) -> list[list[int]]:
@@ -67,7 +70,9 @@ class ScaleLane(wiring.Component):
     column) pair of the int8 path, :mod:`qaccel.model.nbits_hw`). The lane computes, exactly
     as the contract of docs/matmul_nbits_v2.md (section 1) says:
 
-    * ``d = isum - zp * asum``, an exact integer (``isum`` signed ``isum_width`` bits, ``asum``
+    * ``d = isum + 16 * isum_hi - zp * asum``, an exact integer (``isum`` and ``isum_hi``
+      signed ``isum_width`` bits: a block sum, or with codes of 5..8 bits the sums of their
+      low and high nibbles, which the MAC array keeps in two columns; ``asum``
       signed ``asum_width`` bits, ``zp`` unsigned 8 bits), and ``f = f32(d)``, rounded to
       nearest even when ``|d| >= 2**24`` (a dedicated pipeline: subtract, magnitude, a
       leading-zero shift in stages, round and pack);
@@ -86,7 +91,12 @@ class ScaleLane(wiring.Component):
     next beat of the same ``addr`` must have ``first`` set (the accumulator is not written);
     ``addr`` must be below ``depth``.
 
-    Pipeline (cycles after the input transfer; ``Lm``, ``La`` the units' latencies, ``Lc`` the
+    Input: a two-entry skid; ``i.ready`` is a register, low only while both entries are full.
+    The head entry is admitted into the pipeline in the cycle after its transfer at the
+    earliest, when the scoreboard and the credit below allow it; that check is made one cycle
+    ahead and registered.
+
+    Pipeline (cycles after the admission; ``Lm``, ``La`` the units' latencies, ``Lc`` the
     conversion's, 9 for ``d`` of 17..32 bits): input register (1); ``sa * sb`` from cycle 1
     beside ``zp * asum`` (shift and add in LUTs), ``d``, ``f``; the second product from cycle
     ``1 + max(Lm, Lc)``; the accumulator is read (:attr:`read_latency` registers, then one
@@ -97,8 +107,7 @@ class ScaleLane(wiring.Component):
 
     Latency: :attr:`latency` cycles from the transfer of a ``last`` beat to its ``o`` beat
     being offered (no stalls): ``adder_cycle + La + 2`` (the FIFO's write and output
-    register); 28 for ``d`` of 17..32 bits (Fp32Mul 8, Fp32Add 8 cycles; 25 with the
-    former Binary32 units).
+    register); 29 for ``d`` of 17..32 bits (the skid 1, Fp32Mul 8, Fp32Add 8 cycles).
 
     Recurrence: :attr:`recurrence` ``= La + 1`` cycles (9 with Fp32Add): a beat that reads
     ``acc[addr]`` (``first`` clear) is admitted only if no beat that writes the same
@@ -107,13 +116,14 @@ class ScaleLane(wiring.Component):
     with ``first`` set never wait for it.
 
     Throughput: one beat per cycle, sustained when beats of the same ``addr`` are at least
-    :attr:`recurrence` cycles apart (in admission order) and ``o`` takes its beats.
+    :attr:`recurrence` cycles apart (in admission order) and ``o`` takes its beats; a held
+    beat holds those behind it (in order), the skid taking two more.
     Back-pressure on ``o`` never loses or duplicates a result: a ``last`` beat is admitted only
     with room reserved in the output FIFO (:attr:`fifo_depth`, a power of two above
-    :attr:`latency`, so the credit never runs out while ``o.ready`` is high). ``i.ready``
-    depends on ``i.payload`` (``addr``, ``first``, ``last``) and registers, not on
-    ``i.valid`` or ``o.ready``. A synchronous reset drops everything in flight and the FIFO
-    (the accumulator memory keeps its contents, which ``first`` overwrites).
+    :attr:`latency`, so the credit never runs out while ``o.ready`` is high; a result leaving
+    on ``o`` frees its room a cycle later). A synchronous
+    reset drops everything in flight, the skid and the FIFO (the accumulator memory keeps its
+    contents, which ``first`` overwrites).
 
     Resources (LFE5U-25F speed 6, :func:`qaccel.synth.synthesize`): see
     tests/rtl/test_scale_lane.py's ``synth`` tests for the measured figures. With the former
@@ -131,7 +141,7 @@ class ScaleLane(wiring.Component):
         Memory` with a synchronous read, LUT RAM up to :data:`LUT_RAM_DEPTH` (64) words,
         block RAM above (its ``ram_style`` attribute).
     isum_width : :class:`int`
-        Width of the signed ``isum``, 2..40.
+        Width of the signed ``isum`` and ``isum_hi``, 2..40.
     asum_width : :class:`int`
         Width of the signed ``asum``, 2..32.
     ecp5 : :class:`bool`
@@ -146,7 +156,8 @@ class ScaleLane(wiring.Component):
 
     Members
     -------
-    i : :py:`In(stream.Signature(StructLayout({"isum": signed(isum_width), "asum":
+    i : :py:`In(stream.Signature(StructLayout({"isum": signed(isum_width), "isum_hi":
+        signed(isum_width), "asum":
         signed(asum_width), "zp": unsigned(8), "sa": unsigned(32), "sb": unsigned(32),
         "bias": unsigned(32), "first": unsigned(1), "last": unsigned(1),
         "addr": unsigned(addr_width)})))`
@@ -179,7 +190,8 @@ class ScaleLane(wiring.Component):
         self._y_age = self._a_age + la               # the sum: written back or queued
         self._fifo_depth = 1 << (self.latency + 1).bit_length()
         self._in_layout = data.StructLayout({
-            "isum": signed(isum_width), "asum": signed(asum_width), "zp": unsigned(8),
+            "isum": signed(isum_width), "isum_hi": signed(isum_width),
+            "asum": signed(asum_width), "zp": unsigned(8),
             "sa": unsigned(32), "sb": unsigned(32), "bias": unsigned(32),
             "first": unsigned(1), "last": unsigned(1), "addr": unsigned(self._addr_width)})
         self._out_layout = data.StructLayout({"y": unsigned(32),
@@ -225,14 +237,15 @@ class ScaleLane(wiring.Component):
 
     @property
     def adder_cycle(self) -> int:
-        """Cycles from the input transfer to ``base`` and ``t`` at the adder's inputs."""
-        return self._a_age
+        """Cycles from the input transfer (no stall) to ``base`` and ``t`` at the adder's
+        inputs: the skid's cycle, then the pipeline's."""
+        return self._a_age + _SKID_LATENCY
 
     @property
     def latency(self) -> int:
         """Cycles from the transfer of a ``last`` beat to its ``o`` beat offered (no
         stalls): :attr:`adder_cycle` ``+`` the adder's latency ``+ 2``."""
-        return self._y_age + _FIFO_LATENCY
+        return self._y_age + _SKID_LATENCY + _FIFO_LATENCY
 
     @property
     def recurrence(self) -> int:
@@ -288,21 +301,48 @@ class ScaleLane(wiring.Component):
         def age(line, k):
             return line[k - 1]
 
-        # -- admission: the scoreboard and the credit ---------------------------------------
-        p = i.payload
-        hazard = Signal()
-        hits = [age(valid, k) & ~age(last_l, k) & (addr_l[k - 1] == p.addr)
-                for k in range(1, La + 1)]
-        m.d.comb += hazard.eq(~p.first & Cat(*hits).any())
-        # `reserved` counts the last beats admitted before the previous cycle and not yet
-        # transferred on o; the one admitted in the previous cycle is in the age-1 flags (so
-        # the counter does not wait for this cycle's admission decision)
-        reserved = Signal(range(self._fifo_depth + 1))
-        credit = Signal()
-        m.d.comb += [credit.eq(reserved + (valid[0] & last_l[0]) < self._fifo_depth),
-                     i.ready.eq(~hazard & (~p.last | credit))]
+        # -- the input skid: two entries, ``i.ready`` a register --------------------------------
+        # The head beat is admitted when ``ok`` (a register) is set; ``ok`` is the scoreboard
+        # and credit check of the beat that heads the skid in the next cycle, made one cycle
+        # ahead against the control lines as they will be then, so no comparison lies between
+        # the admission and the registers it enables.
+        lay = self._in_layout
+        head, spare = Signal(lay, reset_less=True), Signal(lay, reset_less=True)
+        head_valid, spare_valid, ok = Signal(), Signal(), Signal()
         take = Signal()
-        m.d.comb += take.eq(i.valid & i.ready)
+        m.d.comb += [i.ready.eq(~spare_valid), take.eq(head_valid & ok)]
+        # the head's next contents: the spare if it holds a beat, else the input
+        with m.If(take | ~head_valid):
+            m.d.sync += [head.eq(Mux(spare_valid, spare, i.payload)),
+                         head_valid.eq(spare_valid | i.valid)]
+        with m.If(spare_valid):
+            with m.If(take):
+                m.d.sync += spare_valid.eq(0)
+        with m.Elif(head_valid & ~take & i.valid):
+            m.d.sync += [spare.eq(i.payload), spare_valid.eq(1)]
+        # the control fields of the next cycle's head, for the look-ahead check
+        cand = Signal(data.StructLayout({"addr": unsigned(self._addr_width),
+                                         "first": unsigned(1), "last": unsigned(1)}))
+        for name in ("addr", "first", "last"):
+            m.d.comb += getattr(cand, name).eq(
+                Mux(head_valid & ~take, getattr(head, name),
+                    Mux(spare_valid, getattr(spare, name), getattr(i.payload, name))))
+        p = head
+
+        # -- admission: the scoreboard and the credit, for ``cand`` in the next cycle ----------
+        # next cycle's age 1 is this cycle's admission, its ages 2..La this cycle's 1..La-1
+        hits = [take & ~p.last & (p.addr == cand.addr)]
+        hits += [age(valid, k) & ~age(last_l, k) & (addr_l[k - 1] == cand.addr)
+                 for k in range(1, La)]
+        # `reserved` counts the last beats admitted before the previous cycle and not yet
+        # transferred on o; the one admitted in the previous cycle is in the age-1 flags. A
+        # result leaving on o frees its room for the check a cycle later (o.ready is not in
+        # the look-ahead: it would be a long path into `ok`).
+        reserved = Signal(range(self._fifo_depth + 1))
+        done = o.valid & o.ready
+        reserve = valid[0] & last_l[0]
+        credit_next = reserved + reserve + (take & p.last) < self._fifo_depth
+        m.d.sync += ok.eq(~(~cand.first & Cat(*hits).any()) & (~cand.last | credit_next))
         m.d.sync += [valid.eq(Cat(take, valid[:-1])),
                      first_l.eq(Cat(p.first, first_l[:-1])),
                      last_l.eq(Cat(p.last, last_l[:-1])),
@@ -316,10 +356,11 @@ class ScaleLane(wiring.Component):
         # -- f32(sa * sb), from age 1 ----------------------------------------------------------
         m.d.comb += [mul1.a.eq(s1.sa), mul1.b.eq(s1.sb)]
 
-        # -- d = isum - zp * asum and f = f32(d) ------------------------------------------------
+        # -- d = isum + 16 * isum_hi - zp * asum and f = f32(d) ----------------------------------
         N = self._dw
         # zp * asum in LUTs, shift and add (a multiplier block's delay alone is most of a
-        # 150 MHz cycle): one adder level per stage, then d = isum - (h0 + 16 * h1).
+        # 150 MHz cycle): one adder level per stage, then d = isum' - (h0 + 16 * h1), with
+        # isum' = isum + 16 * isum_hi formed beside the first level.
         aw = self._asum_width
         pp = [Mux(s1.zp[j], s1.asum, 0) for j in range(8)]
         q = [Signal(signed(aw + 2), name=f"zp_asum_q{k}", reset_less=True)   # age 2
@@ -328,7 +369,9 @@ class ScaleLane(wiring.Component):
         h = [Signal(signed(aw + 4), name=f"zp_asum_h{k}", reset_less=True)   # age 3
              for k in range(2)]
         m.d.sync += [h[k].eq(q[2 * k] + (q[2 * k + 1] << 2)) for k in range(2)]
-        isum3 = delay(m, s1.isum, 2, "isum")
+        isum2 = Signal(signed(self._isum_width + 5), name="isum_lohi", reset_less=True)
+        m.d.sync += isum2.eq(s1.isum + (s1.isum_hi << 4))                  # age 2
+        isum3 = delay(m, isum2, 1, "isum")
         d = Signal(signed(N), reset_less=True)                            # age 4
         m.d.sync += d.eq(isum3 - h[0] - (h[1] << 4))
         neg = Signal(reset_less=True)                                     # age 5
@@ -419,8 +462,6 @@ class ScaleLane(wiring.Component):
                      out_fifo.w_en.eq(age(valid, y_age) & age(last_l, y_age)),
                      o.payload.eq(out_fifo.r_data), o.valid.eq(out_fifo.r_rdy),
                      out_fifo.r_en.eq(o.ready)]
-        reserve = valid[0] & last_l[0]
-        done = o.valid & o.ready
         with m.If(reserve & ~done):
             m.d.sync += reserved.eq(reserved + 1)
         with m.Elif(done & ~reserve):

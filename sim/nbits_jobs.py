@@ -23,6 +23,7 @@ from qaccel.model.nbits import _check_A, _Op, unpack_nbits, unpack_zero_points
 from qaccel.model.nbits_hw import gidx_operands, int8_path, matmul_nbits_hw
 from qaccel.model.validate import check_int
 from qaccel.rtl.matmul_nbits import OUT_FORMATS, ZP_DEFAULT, ZP_FLOAT, ZP_PACKED
+from qaccel.rtl.matmul_nbits_v2 import wide_columns
 
 __all__ = ["NBitsJob", "NBitsJobV2", "is_nan_code", "nbits_job", "nbits_job_v2", "same_y",
            "unpack_y", "unpack_y_v2", "y_words"]
@@ -281,8 +282,10 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     q = np.zeros((Np, Kp), np.uint8)
     q[:N, :K] = unpack_nbits(op.Bw.view(np.uint8), op.bits, bs).reshape(N, Kp)[:, :K]
     qg = q.reshape(groups, cols, steps, simd).transpose(0, 2, 1, 3)      # g, step, col, j
-    if wide:                      # column c's low nibble in w[2c], its high nibble in w[2c+1]
-        nib = np.stack([qg & 15, qg >> 4], axis=3)                        # g, step, c, 2, j
+    if wide:                      # column c's nibbles in MAC columns wide_columns(...)[c]
+        lo, hi = np.array(wide_columns(pe, F)).T
+        nib = np.zeros((groups, steps, pe, simd), np.uint8)               # g, step, slot, j
+        nib[:, :, lo], nib[:, :, hi] = qg & 15, qg >> 4
         w_steps = nib.reshape(groups, steps, pe * simd)
     else:
         w_steps = qg.reshape(groups, steps, pe * simd)

@@ -1,9 +1,10 @@
 """ONNX backend on the simulated RTL (:class:`qaccel.RTL <qaccel.engine.RTL>`).
 
 QuantizeLinear and DequantizeLinear run on the Quantize and Dequantize units, com.microsoft
-MatMulNBits on the MatMulNBits engine, all simulated from their generated Verilog (default
-configuration, Verilator); every other node runs on ``onnx.reference``. Usable wherever ONNX
-expects a backend::
+MatMulNBits on the MatMulNBits engine (:meth:`qaccel.RTL.matmul_nbits`: accuracy_level 4 on
+the v2 engine; float-path nodes only on a configuration with ``float_path``, else they raise
+ValueError), all simulated from their generated Verilog (default configuration, Verilator);
+every other node runs on ``onnx.reference``. Usable wherever ONNX expects a backend::
 
     import qaccel.backend.rtl as backend
     rep = backend.prepare(model)

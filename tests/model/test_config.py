@@ -16,6 +16,39 @@ def test_defaults_carry_every_type():
     assert c.precisions == ("float32", "float16", "bfloat16", "float64")
 
 
+def test_default_engine_is_the_ecp5_25k_v2_engine():
+    c = AccelConfig()
+    assert (c.pe, c.simd, c.m_tile, c.max_k, c.max_block_size, c.weight_bus_width,
+            c.dsp_pairs, c.float_path) == (32, 1, 4, 4096, 256, 256, 12, False)
+    assert c.scale_lanes == 2 and c.nbits == tuple(range(2, 9))
+
+
+def test_dsp_pairs_is_a_budget():
+    """A budget covering every two-MAC slot (``pe * simd / 2``) means all of them: None."""
+    assert AccelConfig(pe=4, simd=2).dsp_pairs is None                # default 12 >= 4 slots
+    assert AccelConfig(pe=4, simd=2) == AccelConfig(pe=4, simd=2, dsp_pairs=None)
+    assert AccelConfig(pe=4, simd=2, dsp_pairs=4).dsp_pairs is None
+    assert AccelConfig(pe=4, simd=2, dsp_pairs=3).dsp_pairs == 3
+    assert AccelConfig(pe=32, dsp_pairs=16).slug == AccelConfig(pe=32, dsp_pairs=None).slug
+    assert AccelConfig(pe=4, simd=2).replace(dsp_pairs=0).dsp_pairs == 0
+
+
+def test_default_json_round_trip(tmp_path):
+    """The default engine's fields survive a save and load; a file of an older default
+    (only the fields it set) loads with today's defaults for the rest."""
+    c = AccelConfig()
+    path = tmp_path / "default.json"
+    path.write_text(c.to_json())
+    assert AccelConfig.load(path) == c and AccelConfig.load(path).dsp_pairs == 12
+    v1 = AccelConfig(pe=4, simd=8, weight_bus_width=128, float_path=True, m_tile=1,
+                     dsp_pairs=None)
+    path.write_text(v1.to_json())
+    assert AccelConfig.load(path) == v1
+    path.write_text(json.dumps({"pe": 4, "simd": 8, "weight_bus_width": 128}))
+    loaded = AccelConfig.load(path)
+    assert (loaded.pe, loaded.float_path, loaded.m_tile, loaded.dsp_pairs) == (4, False, 4, 12)
+
+
 def test_precisions_derived_from_types():
     c = AccelConfig(q_inputs=("float16",), scales=("float16",))
     assert c.precisions == ("float32", "float16")
@@ -65,11 +98,13 @@ def test_slug_is_stable_and_distinguishes():
     ({"m_tile": 17}, ValueError, r"m_tile must be in \[1, 16\], not 17"),
     ({"max_k": 3000}, ValueError, "max_k must be a power of two from max_block_size"),
     ({"max_k": 128}, ValueError, r"max_k must be in \[256, 65536\], not 128"),
-    ({"dsp_pairs": 17}, ValueError, r"dsp_pairs must be in \[0, 16\], not 17"),
+    ({"dsp_pairs": -1}, ValueError, r"dsp_pairs must be in \[0, inf\], not -1"),
     ({"dsp_pairs": "all"}, TypeError, "dsp_pairs must be an integer"),
     ({"simd": 32}, ValueError, r"simd must be one of \(1, 2, 4, 8, 16\), not 32"),
-    ({"weight_bus_width": 96}, ValueError, "weight_bus_width must be a power of two, not 96"),
-    ({"weight_bus_width": 16}, ValueError, r"weight_bus_width must be in \[32, 2048\]"),
+    ({"pe": 4, "weight_bus_width": 96}, ValueError,
+     "weight_bus_width must be a power of two, not 96"),
+    ({"weight_bus_width": 16}, ValueError, r"weight_bus_width must be in \[256, 2048\]"),
+    ({"pe": 64}, ValueError, r"weight_bus_width must be in \[512, 2048\], not 256"),
     ({"nbits": 4}, TypeError, "nbits must be a tuple of bit widths, not 4"),
     ({"nbits": (4, 4)}, ValueError, "nbits must hold distinct widths"),
     ({"nbits": (1, 4)}, ValueError, r"nbits must hold distinct widths .*, not \(1, 4\)"),
@@ -77,6 +112,7 @@ def test_slug_is_stable_and_distinguishes():
     ({"max_block_size": 48}, ValueError, r"max_block_size must be a power of two .*, not 48"),
     ({"max_block_size": 2048}, ValueError, r"max_block_size must be in \[16, 1024\]"),
     ({"pe": 1, "weight_bus_width": 512}, ValueError, r"at most 256 bits per column"),
+    ({"float_path": 1}, TypeError, "float_path must be a bool, not 1"),
 ])
 def test_errors_name_field_and_value(changes, error, match):
     with pytest.raises(error, match=match):

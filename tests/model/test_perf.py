@@ -18,26 +18,30 @@ from qaccel.model.perf import (
     nbits_pass,
 )
 
-P2S4 = AccelConfig(pe=2, simd=4, weight_bus_width=32)
+P2S4 = AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True)
+#: The v1 engine of the old default configuration (AccelConfig() is the v2 engine now).
+V1 = AccelConfig(pe=4, simd=8, weight_bus_width=128, float_path=True, m_tile=1,
+                 dsp_pairs=None)
 
 
 @pytest.mark.parametrize(("config", "kwargs", "bound", "cycles"), [
     (P2S4, dict(K=1024, bits=4, block_size=32), "compute", 256),
     (P2S4, dict(K=1000, bits=4, block_size=32), "compute", 256),          # K padded to blocks
     (P2S4, dict(K=1024, bits=5, block_size=32), "weight bus", 320),
-    (AccelConfig(), dict(K=1024, bits=5, block_size=32), "weight bus", 160),
-    (AccelConfig(pe=4, simd=16, weight_bus_width=128),                    # an average
+    (V1, dict(K=1024, bits=5, block_size=32), "weight bus", 160),
+    (AccelConfig(pe=4, simd=16, weight_bus_width=128, float_path=True),  # an average
      dict(K=1040, bits=3, block_size=16), "weight bus", Fraction(195, 2)),
     (P2S4, dict(K=128, bits=4, block_size=32), "fold", 64),
-    (AccelConfig(pe=1, simd=16, weight_bus_width=128),
+    (AccelConfig(pe=1, simd=16, weight_bus_width=128, float_path=True),
      dict(K=1024, bits=4, block_size=16, bias=True), "scale stream", 65),
-    (AccelConfig(), dict(K=1024, bits=4, block_size=32, accuracy_level=0, bias=True),
+    (V1, dict(K=1024, bits=4, block_size=32, accuracy_level=0, bias=True),
      "compute", 128),
     (AccelConfig(pe=1, simd=16, weight_bus_width=32, partial_sums=2, float_path=False),
      dict(K=1024, bits=2, block_size=16), "accumulate", 8 * 31 + 1 + 1),  # RTL: 250
-    (AccelConfig(pe=1, simd=8, weight_bus_width=64, partial_sums=3),      # a beat per operand
+    (AccelConfig(pe=1, simd=8, weight_bus_width=64, partial_sums=3, float_path=True),
+     # a beat per operand
      dict(K=1024, bits=4, block_size=32, accuracy_level=0), "accumulate", 8 * 42 + 1 + 1),
-    (AccelConfig(), dict(K=1024, bits=4, block_size=32, accuracy_level=4, bias=True),
+    (V1, dict(K=1024, bits=4, block_size=32, accuracy_level=4, bias=True),
      "compute", 128),
 ])
 def test_bounds(config, kwargs, bound, cycles):
@@ -47,14 +51,14 @@ def test_bounds(config, kwargs, bound, cycles):
 
 
 def test_paths_bytes_and_rates():
-    p = nbits_pass(AccelConfig(), K=1000, bits=4, block_size=32, zero_points="packed")
+    p = nbits_pass(V1, K=1000, bits=4, block_size=32, zero_points="packed")
     assert p.path == "int8" and p.macs == 4000
     assert p.bytes == {"a": 1000 * 4, "w": 4 * 1024 * 4 // 8, "s": 32 * 4 * 8,
                        "z": 16 * 4, "y": 16}
     assert p.macs_per_cycle == pytest.approx(4000 / 128) and p.utilisation < 1.0
-    assert nbits_pass(AccelConfig(), K=64, bits=4, block_size=32,
+    assert nbits_pass(V1, K=64, bits=4, block_size=32,
                       zero_points="float").path == "float"
-    assert nbits_pass(AccelConfig(), K=64, bits=4, block_size=32,
+    assert nbits_pass(V1, K=64, bits=4, block_size=32,
                       zero_points="none").bytes["z"] == 0
 
 
@@ -81,8 +85,8 @@ def test_float_path_must_be_carried():
         nbits_pass({}, K=64, bits=4, block_size=32)
 
 
-SHAPES = [P2S4, AccelConfig(pe=4, simd=2, weight_bus_width=64, partial_sums=3),
-          AccelConfig(pe=1, simd=16, weight_bus_width=32, partial_sums=2), AccelConfig()]
+SHAPES = [P2S4, AccelConfig(pe=4, simd=2, weight_bus_width=64, partial_sums=3, float_path=True),
+          AccelConfig(pe=1, simd=16, weight_bus_width=32, partial_sums=2, float_path=True), V1]
 
 
 @pytest.mark.parametrize("config", SHAPES, ids=["p2s4", "p4s2", "p1s16", "default"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from qaccel.model.config import AccelConfig
 from qaccel.model.perf import nbits_v2_call
 from qaccel.model.presets import PRESETS, preset
 
@@ -31,6 +32,13 @@ def test_gemv_4096_int4(capsys):
             print(f"\n{name}: {c.cycles} cycles, {c.macs_per_cycle:.2f} MAC/cycle of "
                   f"{c.peak_per_cycle}, {sum(c.bytes.values())} bytes")
         assert c.macs_per_cycle >= 0.95 * c.peak_per_cycle
+
+
+def test_ecp5_25k_is_the_default_config():
+    assert preset("ecp5-25k") == AccelConfig() and preset("ecp5-25k").dsp_pairs == 12
+    c = preset("ecp5-85k")
+    assert (c.pe, c.simd, c.m_tile, c.weight_bus_width, c.dsp_pairs, c.float_path) == (
+        128, 1, 4, 1024, None, False)
 
 
 def test_unknown_preset():

@@ -1,13 +1,18 @@
 """ONNX's own backend test runner on the simulated RTL, filtered to the Q/DQ node tests: every
 case must be bit-exact (the runner compares the outputs; ``check=True`` also compares each
-call with the golden model)."""
+call with the golden model). MatMulNBits nodes: level 4 on the v2 engine, level 0 refused by
+a configuration without a float path."""
 
 import numpy as np
 import pytest
 from onnx import helper
 
 import qaccel.backend.rtl as rtl_backend
+from qaccel import onnx_models
 from qaccel.engine import RTL
+from qaccel.model.nbits_hw import matmul_nbits_v2
+from qaccel.model.perf import nbits_v2_call
+from qaccel.nbits_sim import nbits_example
 from qaccel.sim.runner import missing_simulator
 from tests.qaccel.backend_cases import (
     QDQ_RELU_X,
@@ -16,6 +21,10 @@ from tests.qaccel.backend_cases import (
     qdq_backend_test,
     qdq_relu_model,
 )
+from tests.rtl.test_matmul_nbits_v2 import SHAPES
+
+#: The v2 engine shape of tests/rtl/test_matmul_nbits_v2.py (its build is shared).
+V2 = SHAPES["p4s2t3"]
 
 pytestmark = [pytest.mark.sim,
               pytest.mark.skipif(missing_simulator("verilator") is not None,
@@ -50,3 +59,30 @@ def test_backend_takes_matmul_nbits():
     graph = helper.make_graph([node], "m", [], [])
     model = helper.make_model(graph)
     assert rtl_backend.is_compatible(model)
+
+
+def _nbits_model(call: dict, accuracy_level: int):
+    """One MatMulNBits node; B, scales, zero points and bias initializers; Y's shape given
+    (the backend's checker wants it)."""
+    model = onnx_models.matmul_nbits_model(
+        call["A"], **{k: v for k, v in call.items() if k != "A"}, accuracy_level=accuracy_level)
+    shape = model.graph.output[0].type.tensor_type.shape
+    for n in (*call["A"].shape[:-1], call["N"]):
+        shape.dim.add().dim_value = n
+    return model
+
+
+def test_backend_runs_level4_nodes_on_v2():
+    """A level-4 node on an RTL of a v2 configuration: bit-exact with the v2 engine's model,
+    the record of a v2 run (one y beat per result, the model's cycles); a level-0 node on the
+    backend's engine (the default configuration, no float path) is refused, naming it."""
+    call = nbits_example(K=80, N=6, M=4, bits=4, block_size=16, bias=True, seed=9)
+    rep = rtl_backend.prepare(_nbits_model(call, 4), config=V2)
+    (y,) = rep.run([call["A"]])
+    want = matmul_nbits_v2(**call, accuracy_level=4)
+    np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
+    ((op, run),) = rep.runs
+    assert op == "MatMulNBits" and run.beats == 4 * 8 and run.elements == 4 * 6 * 80
+    assert run.cycles == nbits_v2_call(V2, M=4, N=6, K=80, bits=4, block_size=16).cycles
+    with pytest.raises(ValueError, match=r"no float path \(config.float_path False\)"):
+        rtl_backend.prepare(_nbits_model(call, 0)).run([call["A"]])

@@ -43,8 +43,11 @@ def test_demo_quick_passes(capsys):
     assert cli.main(["demo", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "bit-exact" in out and "demo: all checks passed" in out
-    assert out.count("RTL: bit-exact with the engine-order model") == 2      # levels 4 and 0
-    assert "MAC utilisation" in out
+    # level 4 on the default (v2) engine, its cycles the performance model's; level 0 refused
+    assert out.count("RTL: bit-exact with the engine's model "
+                     "(qaccel.model.nbits_hw.matmul_nbits_v2)") == 1
+    assert re.search(r"cycles: RTL [\d,]+, model \(nbits_v2_call\) [\d,]+: equal", out)
+    assert "MAC utilisation" in out and "accuracy_level 0 (float path): refused" in out
 
 
 @pytest.mark.sim

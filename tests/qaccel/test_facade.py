@@ -1,4 +1,6 @@
-"""The public facade: lazy imports, the exported API, the dtype table."""
+"""The public facade: lazy imports, the exported API, the dtype table; qaccel.RTL's default
+MatMulNBits engine (the ecp5-25k v2 engine) and what it refuses or answers without simulating
+(tests/qaccel/test_rtl_nbits.py simulates it)."""
 
 import inspect
 import subprocess
@@ -56,3 +58,60 @@ def test_numba_cache_is_per_worker():
 
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     assert numba.config.CACHE_DIR.endswith(f"numba-{worker}")
+
+
+def _nbits_call(M=2, dtype=np.float32, **change):
+    from qaccel.nbits_sim import nbits_example
+
+    call = nbits_example(K=64, N=3, M=max(M, 1), bits=4, block_size=32, bias=True, seed=1)
+    call["A"] = call["A"][:M].astype(dtype)
+    call["scales"] = call["scales"].astype(dtype)
+    call["bias"] = call["bias"].astype(dtype)
+    return {**call, **change}
+
+
+def test_rtl_default_config_is_the_ecp5_25k_v2_engine():
+    from qaccel.model.presets import preset
+
+    rtl = qaccel.RTL()
+    assert rtl.config == preset("ecp5-25k")
+    assert (rtl.config.pe, rtl.config.simd, rtl.config.m_tile) == (32, 1, 4)
+    assert not rtl.config.float_path
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ({"accuracy_level": 0},
+     r"this configuration has no float path \(config.float_path False\), which "
+     r"accuracy_level 0 with zero points packed and no g_idx needs: the engine takes "
+     r"accuracy_level 4 with integer or no zero points and no g_idx"),
+    ({"accuracy_level": 3, "zero_points": None},
+     r"no float path .* accuracy_level 3 with zero points none and no g_idx"),
+    ({"zero_points": np.full((3, 2), 7.5, np.float32)},
+     r"no float path .* accuracy_level 4 with zero points float and no g_idx"),
+    ({"g_idx": np.arange(64, dtype=np.int32) // 32},
+     r"no float path .* accuracy_level 4 with zero points packed and a g_idx"),
+])
+def test_rtl_default_config_refuses_the_float_path(change, match):
+    """Float-path calls need a configuration with float_path (the v1 engine, until v2's
+    float path lands): the default one refuses them before building anything, for any M."""
+    call = {"accuracy_level": 4, **_nbits_call()}
+    call.update(change)
+    with pytest.raises(ValueError, match=match):
+        qaccel.RTL().matmul_nbits(**call)
+    call["A"] = call["A"][:0]
+    with pytest.raises(ValueError, match="no float path"):
+        qaccel.RTL().matmul_nbits(**call)
+
+
+@pytest.mark.parametrize(("shape", "dtype"), [((0, 64), np.float32), ((2, 0, 64), np.float16)])
+def test_rtl_matmul_nbits_without_rows(shape, dtype):
+    """An A without rows gives the golden model's empty result, simulating nothing."""
+    call = _nbits_call(M=0, dtype=dtype, A=np.zeros(shape, dtype))
+    rtl = qaccel.RTL()
+    y = rtl.matmul_nbits(**call, accuracy_level=4)
+    want = qaccel.matmul_nbits(**call, accuracy_level=4)
+    assert y.shape == want.shape == (*shape[:-1], 3) and y.dtype == want.dtype == dtype
+    r = rtl.last_run
+    assert (r.op, r.harness, r.elements, r.beats, r.cycles) == ("matmul_nbits", "none", 0, 0, 0)
+    with pytest.raises(ValueError, match="A's last dimension must be K=64"):
+        rtl.matmul_nbits(**{**call, "A": np.zeros((0, 63), dtype)}, accuracy_level=4)

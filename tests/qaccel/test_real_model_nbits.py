@@ -3,8 +3,10 @@
 A float32 MLP (MatMul -> Add -> Relu -> MatMul -> Add) is quantised by ONNX Runtime's own
 ``MatMulNBitsQuantizer`` (4 bits, blocks of 32, asymmetric: packed uint8 zero points) at
 accuracy levels 0 and 4, and run on :mod:`qaccel.backend.rtl`: both MatMulNBits nodes on the
-simulated engine (the small two-path configuration of tests/qaccel/test_rtl_nbits.py, so the
-Verilator build is shared), Add and Relu on ``onnx.reference``.
+simulated engine, Add and Relu on ``onnx.reference``. Level 4 runs on the v2 engine (the pe 4 x
+simd 2, row tiles of 3 shape of tests/rtl/test_matmul_nbits_v2.py), level 0 on the v1 engine
+of the small two-path configuration of tests/qaccel/test_rtl_nbits.py (the float path, until
+v2 has one); the Verilator builds are shared with those tests.
 
 Checks, with ``bound = sum_k |a_k w_k|`` (``w`` the dequantised weight):
 
@@ -33,13 +35,18 @@ import qaccel.backend.rtl as rtl_backend
 from qaccel import onnx_models
 from qaccel.engine import RTL
 from qaccel.model.config import AccelConfig
+from qaccel.model.perf import nbits_v2_call
 from qaccel.sim.runner import missing_simulator
+from tests.rtl.test_matmul_nbits_v2 import SHAPES
 
 pytestmark = [pytest.mark.sim,
               pytest.mark.skipif(missing_simulator("verilator") is not None,
                                  reason=missing_simulator("verilator") or "")]
 
-SMALL = AccelConfig(pe=2, simd=4, weight_bus_width=32)     # as tests/qaccel/test_rtl_nbits.py
+SMALL = AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True)   # v1, both paths
+V2 = SHAPES["p4s2t3"]                                       # the v2 engine, int8 path only
+#: The engine configuration of each accuracy level.
+CONFIGS = {0: SMALL, 4: V2}
 M, K, H, N = 3, 100, 72, 40                                 # x (M, K) -> h (M, H) -> y (M, N)
 BLOCK = 32
 TOL = 1e-6
@@ -164,7 +171,8 @@ def test_quantised_mlp_on_the_engine(float_model, accuracy_level, bits, symmetri
     names = [o.name for o in qmodel.graph.output]
 
     t0 = time.perf_counter()
-    rep = rtl_backend.prepare(qmodel, engine=RTL(SMALL, check=True))
+    config = CONFIGS[accuracy_level]
+    rep = rtl_backend.prepare(qmodel, engine=RTL(config, check=True))
     ours = dict(zip(names, rep.run([x]), strict=True))
     t_rtl = time.perf_counter() - t0
     session = onnx_models.ort_session(qmodel, threads=1)
@@ -176,9 +184,16 @@ def test_quantised_mlp_on_the_engine(float_model, accuracy_level, bits, symmetri
     assert [op for op, _ in rep.runs] == ["MatMulNBits"] * 2
     print(f"    engine nodes {len(rep.runs)} (of {len(qmodel.graph.node)}); "
           f"RTL backend run {t_rtl:.1f} s")
-    for n, (_, r) in zip(nbits, rep.runs, strict=True):
+    for n, c, (_, r) in zip(nbits, calls, rep.runs, strict=True):
         assert r.op == "matmul_nbits" and r.elements == M * n_of(n) * k_of(n)
-        print(f"    {n.name}: {r.elements:,} MACs, {r.beats} passes, {r.cycles:,} cycles "
+        if accuracy_level == 4:         # the v2 engine: one y beat per result, the model's cycles
+            cols = V2.pe // 2 if bits > 4 else V2.pe
+            assert r.beats == M * -(-n_of(n) // cols) * cols
+            assert r.cycles == nbits_v2_call(V2, M=M, N=n_of(n), K=k_of(n), bits=bits,
+                                             block_size=c["block_size"]).cycles
+        else:                           # the v1 engine: one y beat per pass of pe results
+            assert r.beats == M * -(-n_of(n) // SMALL.pe)
+        print(f"    {n.name}: {r.elements:,} MACs, {r.beats} y beats, {r.cycles:,} cycles "
               f"({r.elements / r.cycles:.2f} MACs/cycle), latency {r.latency}, "
               f"{r.wall_time:.2f} s wall, build {'reused' if r.build_reused else 'compiled'}")
 
@@ -226,17 +241,19 @@ def k_of(node) -> int:
 def test_prepare_on_a_config(float_model):
     """``config=`` runs the model on an RTL of that configuration (the backend's own engine
     unchanged); the same engine gives the same bits; ``engine`` and ``config`` exclude each
-    other."""
+    other; a level-0 model on a configuration without a float path is refused, naming it."""
     qmodel = quantise(float_model, 4)
     x = np.random.default_rng(2).standard_normal((M, K)).astype(np.float32)
     before = rtl_backend.RTLBackend.engine
-    rep = rtl_backend.prepare(qmodel, config=SMALL)
-    assert rep.rtl.config == SMALL and rtl_backend.RTLBackend.engine is before
+    rep = rtl_backend.prepare(qmodel, config=V2)
+    assert rep.rtl.config == V2 and rtl_backend.RTLBackend.engine is before
     y = rep.run([x])[0]
-    y2 = rtl_backend.run_model(qmodel, [x], engine=RTL(SMALL))[0]
+    y2 = rtl_backend.run_model(qmodel, [x], engine=RTL(V2))[0]
     np.testing.assert_array_equal(y.view(np.uint32), y2.view(np.uint32))
     assert [op for op, _ in rep.runs] == ["MatMulNBits"] * 2
+    with pytest.raises(ValueError, match="no float path .*accuracy_level 0"):
+        rtl_backend.run_model(quantise(float_model, 0), [x], engine=RTL(V2))
     with pytest.raises(TypeError, match="engine or config"):
-        rtl_backend.prepare(qmodel, engine=RTL(SMALL), config=SMALL)
+        rtl_backend.prepare(qmodel, engine=RTL(V2), config=V2)
     with pytest.raises(TypeError, match="must be a qaccel.RTL"):
         rtl_backend.prepare(qmodel, engine=qaccel)

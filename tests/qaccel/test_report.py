@@ -20,7 +20,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def rows(tmp_path_factory):
     from qaccel.model.config import AccelConfig
 
-    base = AccelConfig(weight_bus_width=32)
+    base = AccelConfig(pe=1, simd=4, weight_bus_width=32, float_path=True, m_tile=1,
+                       dsp_pairs=None)                  # v1 engines, both paths
     return sweep.run_sweep(tmp_path_factory.mktemp("sweep"), base=base, **GRID).rows
 
 

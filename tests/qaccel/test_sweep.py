@@ -13,6 +13,7 @@ import pytest
 from qaccel import cli, sweep
 from qaccel.model.config import AccelConfig
 from qaccel.model.perf import nbits_call, nbits_pass
+from qaccel.model.presets import preset
 from qaccel.synth import DesignDoesNotFitError, SynthResult, missing_tools
 
 GRID = {"pe": [1, 2], "simd": [4], "bits": [2, 4, 8], "block_sizes": [16, 64],
@@ -150,6 +151,29 @@ def test_sweep_cli_bad_list(capsys):
     with pytest.raises(SystemExit):
         cli.main(["sweep", "-o", "x", "--pe", "1,two"])
     assert "expected integers like 2..8" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("option", "base"), [
+    (["--preset", "ecp5-85k"], preset("ecp5-85k")),
+    (["--config", None], AccelConfig(pe=2, simd=4, float_path=False)),
+    ([], AccelConfig()),
+])
+def test_sweep_cli_base_config(option, base, tmp_path, monkeypatch, capsys):
+    """--preset / --config give the sweep's base configuration (AccelConfig() otherwise)."""
+    seen = []
+
+    def fake(output, **kwargs):
+        seen.append(kwargs["base"])
+        return sweep.SweepResult(rows=[], ran=0, kept=0, failed=0, wall_time=0.0)
+
+    monkeypatch.setattr(sweep, "run_sweep", fake)
+    if option[-1:] == [None]:
+        path = tmp_path / "cfg.json"
+        path.write_text(base.to_json())
+        option = [option[0], str(path)]
+    assert cli.main(["sweep", "-o", str(tmp_path / "out"), *option]) == 0
+    assert seen == [base]
+    assert capsys.readouterr().out.startswith("0 points: 0 evaluated")
 
 
 @pytest.mark.synth

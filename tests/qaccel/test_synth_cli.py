@@ -1,6 +1,8 @@
 # amaranth: UnusedElaboratable=no
-"""``qaccel synth`` and qaccel.hwreport: throughput in real units, the report and the packing
-table from canned synthesis results, the errors; the ``synth`` tests run the real tools."""
+"""``qaccel synth`` and qaccel.hwreport: throughput in real units (the v2 engine's rates on
+chip and memory bound, the elementwise units', v1's for the sweep), the report, the preset per
+target and the packing table from canned synthesis results, the errors; the ``synth`` tests
+run the real tools."""
 
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ from amaranth.sim import Simulator
 
 from qaccel import cli, hwreport
 from qaccel.model.config import AccelConfig
-from qaccel.model.perf import elementwise_call, nbits_call, nbits_pass
+from qaccel.model.perf import elementwise_call, nbits_call, nbits_pass, nbits_v2_call
+from qaccel.model.presets import TARGET_PRESETS, preset
 from qaccel.synth import DesignDoesNotFitError, SynthResult, missing_tools
 
-ENGINE = AccelConfig(pe=2, simd=4, nbits=(4,), max_block_size=32, float_path=False)
+#: A small v1 engine (hwreport.throughput, the sweep's model).
+ENGINE = AccelConfig(pe=2, simd=4, weight_bus_width=128, nbits=(4,), max_block_size=32,
+                     float_path=False, m_tile=1)
 QUANTIZE = AccelConfig(lanes=1, q_inputs=("float32",), scales=("float32",), q_outputs=("int8",))
 CANNED = SynthResult(name="x", target="ecp5-25k", part="LFE5U-25F-6BG256", lut=1234, ff=567,
                      dsp=8, bram=1, fmax_mhz=50.0, freq_mhz=100.0, seed=1, wrapper_ff=80,
@@ -23,14 +28,23 @@ CANNED = SynthResult(name="x", target="ecp5-25k", part="LFE5U-25F-6BG256", lut=1
                      critical_path="20.00 ns (5.00 ns logic, 15.00 ns routing)\n  logic x")
 
 
+class _Calls(list):
+    """The synthesis calls made; ``built``: (config, ecp5) of each v2 engine."""
+
+
 @pytest.fixture
 def canned(monkeypatch):
     """Replace synthesis by CANNED (named after the call); return the calls made."""
-    calls = []
+    calls = _Calls()
 
     def fake(component, *, target, name, seed=1, freq_mhz=None):
         calls.append((type(component).__name__, target, name, seed, freq_mhz))
+        if type(component).__name__ == "MatMulNBitsV2":
+            built.append((component.config, component.row_quantizer.ecp5))
         return dataclasses.replace(CANNED, name=name, target=target, seed=seed)
+
+    built = []
+    calls.built = built
 
     monkeypatch.setattr(hwreport, "synthesize", fake)
     return calls
@@ -103,26 +117,207 @@ def test_build_unit_error():
 # qaccel synth with canned results
 
 
-def test_synth_cli_matmul_report(canned, tmp_path, capsys):
-    argv = ["synth", "--target", "ecp5-45k", "--config", _config_file(tmp_path, ENGINE),
-            "--layer", "4096x1000", "--block-size", "16,32", "--seed", "3", "--freq", "80"]
+def _report_numbers(out: list[str]) -> dict[str, str]:
+    """The headline figures of a matmul_nbits report (the three lines after the engine's)."""
+    head = next(i for i, line in enumerate(out) if line.startswith("one token (M = 1)"))
+    words = " ".join(out[head:head + 3]).replace("(", " ").replace(")", " ").split()
+    return {"mac_per_cycle": words[words.index("MAC/cycle") - 1],
+            "gmacs": words[words.index("GMAC/s,") - 1],
+            "per_klut": words[words.index("GMAC/s,") + 1],
+            "chip": words[words.index("chip:") + 1],
+            "chip_ms": words[words.index("chip:") + 3],
+            "mb": words[words.index("MB") - 1],
+            "memory": words[words.index("MB") + 3],
+            "memory_ms": words[words.index("MB") + 5]}
+
+
+def test_synth_cli_matmul_report(canned, capsys):
+    """The v2 engine of the 25F preset (the one for the 45F), ECP5 primitives; its figures at
+    the measured 50 MHz from nbits_v2_call (on-chip bound: 1.6 GB/s keeps up with it)."""
+    argv = ["synth", "--target", "ecp5-45k", "--layer", "2048x1000", "--bits", "4,8",
+            "--block-size", "16,32", "--seed", "3", "--freq", "80"]
     assert cli.main(argv) == 0
-    assert canned == [("MatMulNBits", "ecp5-45k", "matmul_nbits", 3, 80.0)]
+    assert canned == [("MatMulNBitsV2", "ecp5-45k", "matmul_nbits", 3, 80.0)]
+    assert canned.built == [(preset("ecp5-25k"), True)]
     out = capsys.readouterr().out.splitlines()
     assert "LUT4 1234  FF 567  DSP 8  BRAM 1  Fmax 50.0 MHz" in out[1]
     assert out[2] == "  critical path: 20.00 ns (5.00 ns logic, 15.00 ns routing)"
-    assert "one token = a GEMV of 500 passes with fill and drain" in out[4]
-    rows = [line.split() for line in out[6:]]
-    # 8 MAC/cycle at 50 MHz = 0.4 GMAC/s; 50e6 / (500 passes x 1024 cycles + fill and
-    # drain) = 97.6 tokens/s
-    assert rows == [["4", "16", "1024.0", "8.00", "100.0%", "0.400", "97.6", "compute"],
-                    ["4", "32", "1024.0", "8.00", "100.0%", "0.400", "97.6", "compute"]]
+    assert out[4] == ("engine v2 pe 32 x simd 1, m_tile 4, max_k 4096, 12 of 16 MAC pairs on "
+                      "DSPs: peak 32 MAC/cycle at 2..4 bits, 16 at 5..8")
+    call = nbits_v2_call(preset("ecp5-25k"), M=1, N=1000, K=2048, bits=4, block_size=32)
+    chip = call.cycles / 50e6
+    memory = sum(call.bytes.values()) / 1.6e9
+    assert memory < chip
+    gmacs = call.macs_per_cycle * 50e6 / 1e9
+    assert out[5].startswith("one token (M = 1) through a layer of K 2048 x N 1000, int4 "
+                             "block 32:")
+    assert _report_numbers(out) == {
+        "mac_per_cycle": f"{call.macs_per_cycle:.2f}", "gmacs": f"{gmacs:.3f}",
+        "per_klut": f"{gmacs / 1.234:.3f}", "chip": f"{1 / chip:.1f}",
+        "chip_ms": f"{chip * 1e3:.3f}", "mb": f"{sum(call.bytes.values()) / 1e6:.2f}",
+        "memory": f"{1 / chip:.1f}", "memory_ms": f"{chip * 1e3:.3f}"}
+    assert "memory bound at 1.6 GB/s (16-bit DDR3-800 as on common ECP5 boards)" in out[7]
+    assert out[7].endswith("the chip binds)")
+    rows = [line.split() for line in out[11:]]
+    assert [r[:2] for r in rows] == [["4", "16"], ["4", "32"], ["8", "16"], ["8", "32"]]
+    for r in rows:
+        c = nbits_v2_call(preset("ecp5-25k"), M=1, N=1000, K=2048, bits=int(r[0]),
+                          block_size=int(r[1]))
+        g = c.macs_per_cycle * 50e6 / 1e9
+        t, tm = c.seconds(50), c.seconds(50, 1.6)
+        assert r[2:] == [str(c.cycles), f"{c.macs_per_cycle:.2f}",
+                         f"{c.steady_utilisation:.1%}", f"{g:.3f}", f"{g / 1.234:.3f}",
+                         str(sum(c.bytes.values())), f"{t * 1e6:.1f}", f"{1 / t:.1f}",
+                         f"{tm * 1e6:.1f}", f"{1 / tm:.1f}", "compute"]
+
+
+@pytest.mark.parametrize("target", list(TARGET_PRESETS))
+def test_synth_cli_builds_the_preset_of_the_target(target, canned, capsys):
+    assert TARGET_PRESETS == {"ecp5-25k": "ecp5-25k", "ecp5-45k": "ecp5-25k",
+                              "ecp5-85k": "ecp5-85k"}
+    assert cli.main(["synth", "--target", target, "--bits", "4", "--block-size", "32"]) == 0
+    assert canned.built == [(preset(TARGET_PRESETS[target]), True)]
+    err = capsys.readouterr().err
+    assert f"synthesising matmul_nbits (v2 engine, preset {TARGET_PRESETS[target]}" in err
+
+
+def test_synth_cli_default_target_is_the_25k_preset(canned):
+    assert cli.main(["synth", "--bits", "4", "--block-size", "32"]) == 0
+    assert canned[0][1] == "ecp5-25k" and canned.built == [(preset("ecp5-25k"), True)]
+
+
+def test_synth_cli_no_preset_fits_up5k(canned):
+    with pytest.raises(SystemExit, match="qaccel synth: no MatMulNBits engine preset fits "
+                                         "target 'up5k'; presets are sized for ecp5-25k"):
+        cli.main(["synth", "--target", "up5k"])
+    assert canned == []
+
+
+def test_synth_cli_preset_or_config_overrides_the_target(canned, tmp_path, capsys):
+    assert cli.main(["synth", "--target", "up5k", "--preset", "ecp5-85k", "--bits", "4",
+                     "--block-size", "32"]) == 0
+    small = preset("ecp5-25k").replace(pe=8, dsp_pairs=2)
+    assert cli.main(["synth", "--target", "up5k", "--config", _config_file(tmp_path, small),
+                     "--bits", "4", "--block-size", "32"]) == 0
+    assert canned.built == [(preset("ecp5-85k"), True), (small, True)]
+    assert [c[1] for c in canned] == ["up5k", "up5k"]
+    out = capsys.readouterr().out
+    assert "engine v2 pe 8 x simd 1, m_tile 4, max_k 4096, 2 of 4 MAC pairs on DSPs" in out
+
+
+def test_synth_cli_memory_bound(canned, capsys):
+    """The 85F preset at 50 MHz outruns 1.6 GB/s: a token takes bytes / bandwidth; with
+    --memory-gbps 12.8 it is on-chip bound again and both figures agree."""
+    argv = ["synth", "--target", "ecp5-85k", "--bits", "4", "--block-size", "32"]
+    call = nbits_v2_call(preset("ecp5-85k"), M=1, N=4096, K=4096, bits=4, block_size=32)
+    memory = sum(call.bytes.values()) / 1.6e9
+    assert memory > 2 * call.seconds(50)
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    n = _report_numbers(out)
+    assert (n["chip"], n["memory"], n["memory_ms"], n["mb"]) == (
+        f"{50e6 / call.cycles:.1f}", f"{1 / memory:.1f}", f"{memory * 1e3:.3f}", "11.04")
+    assert out[7].endswith("the memory binds)")
+    assert out[-1].split()[-2:] == ["compute,", "memory"]
+    assert cli.main([*argv, "--memory-gbps", "12.8"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert sum(call.bytes.values()) / 12.8e9 < call.seconds(50)
+    n = _report_numbers(out)
+    assert n["chip"] == n["memory"] == f"{50e6 / call.cycles:.1f}"
+    assert "memory bound at 12.8 GB/s (external memory)" in out[7]
+    assert out[7].endswith("the chip binds)")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--memory-gbps", "0"], "argument --memory-gbps: expected a number > 0, not '0'"),
+    (["--bits", "1"], "argument --bits: weight bits are 2..8, not 1"),
+    (["--block-size", "48"], "argument --block-size: block sizes are powers of two from 16"),
+    (["--preset", "ecp5-25k", "--config", "c.json"],
+     "argument --config: not allowed with argument --preset"),
+])
+def test_synth_cli_bad_option(argv, message, canned, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["synth", *argv])
+    assert message in capsys.readouterr().err and canned == []
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--layer", "8192x4096"], r"qaccel synth: K must be in \[1, 4096\], not 8192"),
+    (["--block-size", "512"], "qaccel synth: --block-size 512 is above the engine's "
+                              "max_block_size 256"),
+])
+def test_synth_cli_checks_settings_before_synthesis(argv, match, canned):
+    with pytest.raises(SystemExit, match=match):
+        cli.main(["synth", *argv])
+    assert canned == []
+
+
+# ---------------------------------------------------------------------------------------------
+# engine_rates() and the report object
+
+
+def test_engine_rates_are_the_v2_model():
+    config = preset("ecp5-85k")
+    rows = hwreport.engine_rates(config, 80.0, layer=(1024, 300), M=6, bits=[3, 6],
+                                 block_sizes=[64], memory_gbps=2.0, bias=True)
+    assert [(r.bits, r.block_size, r.M) for r in rows] == [(3, 64, 6), (6, 64, 6)]
+    for r in rows:
+        c = nbits_v2_call(config, M=6, N=300, K=1024, bits=r.bits, block_size=64, bias=True)
+        assert (r.cycles, r.macs_per_cycle, r.peak_per_cycle, r.steady_utilisation, r.bound,
+                r.bytes) == (c.cycles, c.macs_per_cycle, c.peak_per_cycle,
+                             c.steady_utilisation, c.bound, sum(c.bytes.values()))
+        assert r.seconds == c.seconds(80.0) == c.cycles / 80e6
+        assert r.memory_seconds == c.seconds(80.0, 2.0) == max(r.seconds, r.bytes / 2e9)
+        assert r.tokens_per_second == pytest.approx(6 / r.seconds)
+        assert r.memory_tokens_per_second == pytest.approx(6 / r.memory_seconds)
+        assert r.per_second == pytest.approx(c.macs / r.seconds)
+        assert r.memory_bound == (r.bytes / 2e9 > r.seconds)
+
+
+def test_engine_rates_default_settings_without_fmax():
+    config = preset("ecp5-25k").replace(nbits=(2, 8), max_block_size=64)
+    rows = hwreport.engine_rates(config, layer=(256, 64))
+    assert [(r.bits, r.block_size) for r in rows] == [(2, 16), (2, 32), (2, 64), (8, 16),
+                                                      (8, 32), (8, 64)]
+    assert all(r.seconds is r.memory_seconds is r.tokens_per_second is r.per_second is None
+               and not r.memory_bound for r in rows)
+
+
+@pytest.mark.parametrize(("kwargs", "exc", "match"), [
+    ({"fmax_mhz": 0}, ValueError, "fmax_mhz must be positive, not 0"),
+    ({"fmax_mhz": "80"}, TypeError, "fmax_mhz must be a number or None"),
+    ({"memory_gbps": -1.0}, ValueError, "memory_gbps must be positive, not -1.0"),
+    ({"memory_gbps": None}, TypeError, "memory_gbps must be a number, not None"),
+    ({"M": 0}, ValueError, r"M must be in \[1, inf\], not 0"),
+    ({"layer": (0, 16)}, ValueError, "layer K"),
+    ({"bits": [9]}, ValueError, "bits"),
+    ({"block_sizes": [24]}, ValueError, "block_size must be a power of two"),
+])
+def test_engine_rates_errors(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        hwreport.engine_rates(preset("ecp5-25k"), **kwargs)
+
+
+def test_token_setting_falls_back_to_what_the_config_carries():
+    assert hwreport.token_setting(preset("ecp5-25k")) == (4, 32)
+    assert hwreport.token_setting(preset("ecp5-25k").replace(nbits=(6, 8),
+                                                             max_block_size=16)) == (6, 16)
+
+
+def test_hw_report_to_dict_is_json(canned):
+    report = hwreport.hw_report(preset("ecp5-25k"), layer=(512, 64), bits=[4],
+                                block_sizes=[32, 64])
+    d = json.loads(json.dumps(report.to_dict()))
+    assert d["token"]["bits"] == 4 and d["token"]["block_size"] == 32
+    assert d["token"] == d["rows"][0] and len(d["rows"]) == 2
+    assert d["gmacs_per_klut"] == pytest.approx(report.token.per_second / 1e9 / 1.234)
+    assert d["token"]["memory_gbps"] == hwreport.MEMORY_GBPS == 1.6
 
 
 def test_synth_cli_quantize_report(canned, tmp_path, capsys):
     assert cli.main(["synth", "--unit", "quantize", "--config",
                      _config_file(tmp_path, QUANTIZE.replace(lanes=2))]) == 0
-    assert canned[0][:3] == ("Quantize", "ecp5-25k", "quantize")
+    assert canned[0][:3] == ("Quantize", "ecp5-25k", "quantize") and canned.built == []
     assert capsys.readouterr().out.splitlines()[-1] == (
         "throughput: a 4096 x 4096 tensor, per-tensor scale, 2 lanes: 2.000 elements/cycle "
         "(stream bound) x 50.0 MHz = 100.00 Melements/s")
@@ -140,10 +335,18 @@ def test_synth_cli_does_not_fit(monkeypatch, capsys):
                    "(exit status 255): ERROR: Unable to place cell")
 
 
+def test_synth_cli_quantize_ignores_the_target_preset(canned, capsys):
+    """Q/DQ units take AccelConfig() (its lanes) unless told, on any target."""
+    assert cli.main(["synth", "--unit", "dequantize", "--target", "up5k"]) == 0
+    assert canned[0][:3] == ("Dequantize", "up5k", "dequantize")
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        f"throughput: a 4096 x 4096 tensor, per-tensor scale, {AccelConfig().lanes} lanes:")
+
+
 def test_synth_cli_bad_config(tmp_path):
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps({"pe": 0}))
-    with pytest.raises(SystemExit, match="qaccel synth: pe must be in"):
+    with pytest.raises(SystemExit, match=f"qaccel synth: --config {path}: pe must be in"):
         cli.main(["synth", "--config", str(path)])
 
 

@@ -50,11 +50,38 @@ def test_write_verilog_axis_names(tmp_path):
 
 
 def test_write_verilog_matmul_nbits(tmp_path):
-    """The engine with AXI4-Stream names: four input streams, y, cfg registers."""
-    config = AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=False)
+    """The v2 engine (a configuration without the float path, as the default) with
+    AXI4-Stream names: a, w, s, b in, y out, cfg registers; its timing and nibble columns in
+    the JSON."""
+    config = AccelConfig(pe=4, simd=2, m_tile=3, max_k=1024, weight_bus_width=32,
+                         float_path=False, dsp_pairs=None)
     paths = write_verilog(config, tmp_path, ops=("matmul_nbits",))
     assert {p.name for p in paths} == {"qaccel_matmul_nbits.v", "qaccel_matmul_nbits.json",
                                        "config.json"}
+    text = (tmp_path / "qaccel_matmul_nbits.v").read_text()
+    header = text.split("module qaccel_matmul_nbits(")[1].split(");")[0]
+    ports = {p.strip() for p in header.split(",")}
+    want = {f"s_axis_{s}_{f}" for s in "awsb" for f in ("tdata", "tvalid", "tready")}
+    want |= {"m_axis_y_tdata", "m_axis_y_tlast", "m_axis_y_tvalid", "m_axis_y_tready",
+             "cfg_k", "cfg_block_size", "cfg_bits", "cfg_m", "cfg_groups", "cfg_bias",
+             "cfg_out_fmt", "cfg_start", "busy", "clk", "rst"}
+    assert ports == want
+    desc = json.loads((tmp_path / "qaccel_matmul_nbits.json").read_text())
+    assert desc["engine"] == "v2" and desc["lanes"] == config.scale_lanes
+    assert {p["name"] for p in desc["ports"]} == ports
+    widths = {p["name"]: p["width"] for p in desc["ports"]}
+    assert widths["s_axis_w_tdata"] == 4 * 4 * 2 and widths["m_axis_y_tdata"] == 32
+    assert widths["s_axis_a_tdata"] == 32
+    assert widths["s_axis_s_tdata"] == config.scale_lanes * 40
+    assert desc["timing"]["mac"] > 0 and len(desc["wide_columns"]) == config.pe // 2
+
+
+def test_write_verilog_matmul_nbits_v1(tmp_path):
+    """A configuration with the float path still gets the v1 engine (until v2 has one):
+    four input streams, y, cfg registers."""
+    config = AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True, m_tile=1,
+                         dsp_pairs=None)
+    write_verilog(config, tmp_path, ops=("matmul_nbits",))
     text = (tmp_path / "qaccel_matmul_nbits.v").read_text()
     header = text.split("module qaccel_matmul_nbits(")[1].split(");")[0]
     ports = {p.strip() for p in header.split(",")}
@@ -64,10 +91,9 @@ def test_write_verilog_matmul_nbits(tmp_path):
              "cfg_bias", "cfg_out_fmt", "cfg_start", "busy", "clk", "rst"}
     assert ports == want
     desc = json.loads((tmp_path / "qaccel_matmul_nbits.json").read_text())
-    assert {p["name"] for p in desc["ports"]} == ports
+    assert desc["engine"] == "v1"
     widths = {p["name"]: p["width"] for p in desc["ports"]}
     assert widths["s_axis_w_tdata"] == 32 and widths["m_axis_y_tdata"] == 64
-    assert widths["s_axis_a_tdata"] == 4 * 32 and widths["s_axis_s_tdata"] == 2 * 2 * 32
     assert [f["name"] for f in desc["tdata"]["s"]] == ["scale.0", "scale.1", "zero.0",
                                                        "zero.1"]
 

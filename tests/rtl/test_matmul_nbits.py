@@ -21,18 +21,20 @@ from qaccel.sim.streamsim import Segment, StreamSim
 #: Engine shapes under test. ``p2s4``: pe 2 x simd 4, both paths, bus bound above 4 bits
 #: (16 bits per column and cycle). ``p4s2``: pe 4 x simd 2, int8 path only, 3 partial sums,
 #: a bus wide enough for 8 bits.
-SHAPES = {"p2s4": AccelConfig(pe=2, simd=4, weight_bus_width=32),
+SHAPES = {"p2s4": AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True),
           "p4s2": AccelConfig(pe=4, simd=2, weight_bus_width=64, partial_sums=3,
                               float_path=False)}
 #: A second shape with the float path, for the slow matrix: pe 1 x simd 8, 3 partial sums.
-FLOAT_SLOW_SHAPE = AccelConfig(pe=1, simd=8, weight_bus_width=64, partial_sums=3)
+FLOAT_SLOW_SHAPE = AccelConfig(pe=1, simd=8, weight_bus_width=64, partial_sums=3,
+                               float_path=True)
 #: The slow performance sweep's shapes: the above, pe 1 x simd 16 with 2 partial sums (the
 #: accumulators bound blocks of one and two beats, the weight bus everything above 2 bits),
-#: and the default instance (pe 4 x simd 8, weight bus bound above 4 bits).
+#: and the former default instance (pe 4 x simd 8, weight bus bound above 4 bits).
 PERF_SHAPES = {**SHAPES, "p1s8": FLOAT_SLOW_SHAPE,
                "p1s16": AccelConfig(pe=1, simd=16, weight_bus_width=32, partial_sums=2,
                                     float_path=False),
-               "default": AccelConfig()}
+               "p4s8": AccelConfig(pe=4, simd=8, weight_bus_width=128, float_path=True,
+                                   m_tile=1, dsp_pairs=None)}
 
 _SIMS: dict[AccelConfig, StreamSim] = {}
 
@@ -333,7 +335,7 @@ def test_whole_call_cycles(shape, level):
 @pytest.mark.slow
 @pytest.mark.parametrize(("shape", "level"), [("p2s4", 4), ("p2s4", 0), ("p4s2", 4),
                                               ("p1s16", 4), ("p1s8", 0), ("p1s8", 4),
-                                              ("default", 4), ("default", 0)])
+                                              ("p4s8", 4), ("p4s8", 0)])
 def test_whole_call_cycles_sweep(shape, level):
     """Every bits 2..8 x block_size 16..256 point, three calls each, on five shapes and both
     paths: the model's cycles equal the RTL's (the table is printed with -s)."""

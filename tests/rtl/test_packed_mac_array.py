@@ -2,18 +2,20 @@
 """The v2 packed MAC array (qaccel.rtl.packed_mac_array) against a NumPy model of its contract.
 
 On Verilator (qaccel.sim.streamsim), per shape (pe, simd, rows, dsp_pairs): every (qa, n0, n1)
-through every multiplier slot (all 2^16 split cases, DSP and LUT slots, narrow and wide) as
-one-step blocks at one beat per cycle with the exact latency; random row interleavings (one-step
-to max_block blocks, engine-order tiles) under random idle cycles and back-pressure; max_block
-blocks of extreme values under heavy back-pressure. On Amaranth's simulator: random blocks of
-a small shape, the latency and the held output, the credit stall, a reset in mid-stream; the
-widths; argument errors. Synthesis (marked ``synth``): DSP counts and Fmax."""
+through every multiplier slot (all 2^16 split cases, DSP and LUT slots; both columns of a pair
+together: every byte code ``n0 + 16 n1``) as one-step blocks at one beat per cycle with the
+exact latency; random row interleavings (one-step to max_block blocks, engine-order tiles)
+under random idle cycles and back-pressure; max_block blocks of extreme values under heavy
+back-pressure. On Amaranth's simulator: random blocks of a small shape, the latency and the
+held output, the credit stall, a reset in mid-stream; the widths; argument errors. Synthesis
+(marked ``synth``): DSP counts and Fmax."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from amaranth.hdl import ClockDomain, Module
+from amaranth.hdl import ClockDomain, Module, signed, unsigned
+from amaranth.lib import data
 from amaranth.sim import Simulator
 
 from qaccel.rtl.mac_array import signed_width
@@ -39,7 +41,7 @@ SHAPES = [(2, 1, 1, None, 16), (8, 4, 4, 6, 256), (4, 16, 3, 0, 64), (6, 2, 16, 
 
 class Beats:
     """Input beats (``qa`` (n, simd), ``w`` (n, pe, simd) nibbles, ``row``, ``first``,
-    ``last``) and the model's outputs for a mode."""
+    ``last``) and the model's outputs."""
 
     def __init__(self, unit: PackedMacArray):
         self.unit = unit
@@ -69,8 +71,9 @@ class Beats:
         w = np.array(self.w, np.int64).reshape(-1, u.pe, u.simd)
         return qa, w, np.array(self.row), np.array(self.first), np.array(self.last)
 
-    def expected(self, wide: int) -> tuple[np.ndarray, np.ndarray]:
-        """``isum`` (blocks, pe) and ``row`` (blocks,) in the order of the last beats."""
+    def expected(self) -> tuple[np.ndarray, np.ndarray]:
+        """``isum`` (blocks, pe), each column's exact block sum of ``qa * nibble``, and ``row``
+        (blocks,), in the order of the last beats."""
         u = self.unit
         qa, w, row, first, last = self.arrays()
         step = np.einsum("ns,nps->np", qa, w)
@@ -80,12 +83,7 @@ class Beats:
             r = row[k]
             acc[r] = step[k] if first[k] else acc[r] + step[k]
             if last[k]:
-                v = acc[r].copy()
-                if wide:
-                    y = np.zeros(u.pe, np.int64)
-                    y[:u.pe // 2] = v[0::2] + 16 * v[1::2]
-                    v = y
-                out.append(v)
+                out.append(acc[r].copy())
                 rows.append(r)
         return np.array(out, np.int64).reshape(-1, u.pe), np.array(rows, np.int64)
 
@@ -172,14 +170,15 @@ def tiles(unit: PackedMacArray, rng, n_tiles: int, beats: Beats | None = None) -
 
 def extremes(unit: PackedMacArray, rng) -> Beats:
     """Blocks of ``max_block`` elements of one extreme value pair on every row, the rows
-    interleaved step by step (the ends of the accumulator and isum ranges), each pattern
-    followed by one-step blocks; even columns get the other nibble extreme."""
+    interleaved step by step (the ends of every column's range), each pattern followed by
+    one-step blocks; even columns get the other nibble extreme, except column 0, which gets
+    column 1's (pair 0's packed operand at its extreme ``15 + 15 * 2 ** 12``)."""
     beats = Beats(unit)
     n = unit.max_block // unit.simd
     for qa_v, w_v in [(-128, 15), (127, 15), (-128, 0), (-127, 15), (127, 0)]:
         w = np.full((unit.pe, unit.simd), w_v)
         w[0::2] = 15 - w_v
-        w[:2] = w_v                            # columns 0 and 1 (wide column 0): all w_v
+        w[:2] = w_v                            # columns 0 and 1 (pair 0): both w_v
         for k in range(n):
             for r in range(unit.rows):
                 beats.beat(np.full(unit.simd, qa_v), w, r, k == 0, k == n - 1)
@@ -248,21 +247,21 @@ def decode(out: np.ndarray, unit: PackedMacArray) -> tuple[np.ndarray, np.ndarra
     a = np.asarray(out).astype(np.uint64)
     if a.ndim == 1:
         a = a[:, None]
-    iw = unit.isum_width
+    iw = unit.acc_width
     isum = np.stack([field(a, p * iw, iw, True) for p in range(unit.pe)], axis=1)
     return isum.reshape(len(a), unit.pe), field(a, unit.pe * iw, unit.row_width, False)
 
 
-def segment(beats: Beats, wide: int) -> Segment:
-    return Segment({"i": encode(beats)}, static={"wide": wide}, expect={"o": beats.blocks})
+def segment(beats: Beats) -> Segment:
+    return Segment({"i": encode(beats)}, expect={"o": beats.blocks})
 
 
-def check(r, beats: Beats, wide: int, what: str) -> None:
+def check(r, beats: Beats, what: str) -> None:
     """Every block's sums and row equal the model's, in order, each once; each beat taken
     once."""
     unit = beats.unit
     isum, row = decode(r.outputs["o"], unit)
-    e_isum, e_row = beats.expected(wide)
+    e_isum, e_row = beats.expected()
     assert len(isum) == len(e_isum), f"{what}: {len(isum)} blocks out, expected {len(e_isum)}"
     bad = np.flatnonzero((isum != e_isum).any(axis=1) | (row != e_row))
     assert not bad.size, (f"{what}: block {bad[0]} gives row {row[bad[0]]} isum "
@@ -296,41 +295,51 @@ def all_products(unit: PackedMacArray, n: int = 1 << 16) -> Beats:
 @needs_verilator
 @pytest.mark.parametrize("pe, simd, rows, dsp_pairs, max_block", SHAPES)
 def test_every_product_throughput_latency(pe, simd, rows, dsp_pairs, max_block):
-    """Every (qa, n0, n1) through every slot, narrow then wide (all 256 codes of a wide
-    column; the 96-column shapes, which are there for their accumulator groups, take every
-    qa with 64 nibble pairs per slot); without pauses one beat is taken per cycle and every
-    block is offered exactly ``latency`` cycles after its last beat."""
+    """Every (qa, n0, n1) through every slot, both columns of each pair exact (so every
+    slot pair carries all 256 byte codes ``n0 + 16 n1`` with every qa, and the downstream
+    combine ``lo + 16 * hi`` of its two columns is the byte code's product; the 96-column
+    shapes, which are there for their accumulator groups, take every qa with 64 nibble pairs
+    per slot); without pauses one beat is taken per cycle and every block is offered exactly
+    ``latency`` cycles after its last beat."""
     unit, sim = unit_sim(pe, simd, rows, dsp_pairs, max_block)
-    beats = all_products(unit, 1 << 16 if pe <= 16 else 1 << 14)
-    results = sim.run_segments([segment(beats, 0), segment(beats, 1)])
-    for wide, r in zip((0, 1), results, strict=True):
-        check(r, beats, wide, f"all products, wide={wide}")
-        acc, out = r.accepted["i"], r.output_cycles["o"]
-        np.testing.assert_array_equal(acc, acc[0] + np.arange(len(acc)))
-        np.testing.assert_array_equal(out, acc + unit.latency)
+    n = 1 << 16 if pe <= 16 else 1 << 14
+    beats = all_products(unit, n)
+    qa, w, _, _, _ = beats.arrays()
+    code = w[:, 0::2] + 16 * w[:, 1::2]                 # (n, pe / 2, simd) byte codes
+    seen = (qa[:, None, :] + 128) * 256 + code          # every (qa, code) once per slot
+    assert all(np.unique(seen[:, j, s]).size == n
+               for j in range(pe // 2) for s in range(simd))
+    (r,) = sim.run_segments([segment(beats)])
+    check(r, beats, "all products")
+    isum, _ = decode(r.outputs["o"], unit)
+    np.testing.assert_array_equal(isum[:, 0::2] + 16 * isum[:, 1::2],
+                                  (qa[:, None, :] * code).sum(axis=2))
+    acc, out = r.accepted["i"], r.output_cycles["o"]
+    np.testing.assert_array_equal(acc, acc[0] + np.arange(len(acc)))
+    np.testing.assert_array_equal(out, acc + unit.latency)
 
 
 @needs_verilator
 @pytest.mark.parametrize("pe, simd, rows, dsp_pairs, max_block", SHAPES)
 def test_random_blocks(pe, simd, rows, dsp_pairs, max_block):
     """Random interleavings of the rows (blocks of 1 step to max_block) and engine-order
-    tiles, narrow and wide, with idle 0.3 on ``i`` and back-pressure 0.3 on ``o``; then the
-    same without pauses at one beat per cycle."""
+    tiles (two segments of each), with idle 0.3 on ``i`` and back-pressure 0.3 on ``o``;
+    then the interleavings again without pauses at one beat per cycle."""
     unit, sim = unit_sim(pe, simd, rows, dsp_pairs, max_block)
     rng = np.random.default_rng(pe * 100 + simd * 10 + rows)
-    segs = [(interleaved(unit, rng, 1500), 0), (interleaved(unit, rng, 1500), 1),
-            (tiles(unit, rng, 60), 0), (tiles(unit, rng, 60), 1)]
+    segs = [interleaved(unit, rng, 1500), interleaved(unit, rng, 1500),
+            tiles(unit, rng, 60), tiles(unit, rng, 60)]
     max_steps = max_block // simd
-    results = sim.run_segments([segment(b, wide) for b, wide in segs], idle=0.3,
+    results = sim.run_segments([segment(b) for b in segs], idle=0.3,
                                backpressure=0.3, seed=rows + simd,
                                watchdog=10_000 + 4 * rows * max_steps)
-    for k, ((beats, wide), r) in enumerate(zip(segs, results, strict=True)):
-        check(r, beats, wide, f"segment {k} wide={wide}")
+    for k, (beats, r) in enumerate(zip(segs, results, strict=True)):
+        check(r, beats, f"segment {k}")
     acc = results[0].accepted["i"]
     assert acc[-1] - acc[0] + 1 > 1.2 * len(acc)          # the pauses happened
-    results = sim.run_segments([segment(b, wide) for b, wide in segs[:2]])
-    for k, ((beats, wide), r) in enumerate(zip(segs[:2], results, strict=True)):
-        check(r, beats, wide, f"no pauses, segment {k}")
+    results = sim.run_segments([segment(b) for b in segs[:2]])
+    for k, (beats, r) in enumerate(zip(segs[:2], results, strict=True)):
+        check(r, beats, f"no pauses, segment {k}")
         acc = r.accepted["i"]
         np.testing.assert_array_equal(acc, acc[0] + np.arange(len(acc)))
         np.testing.assert_array_equal(r.output_cycles["o"],
@@ -340,9 +349,9 @@ def test_random_blocks(pe, simd, rows, dsp_pairs, max_block):
 @needs_verilator
 @pytest.mark.parametrize("pe, simd, rows, dsp_pairs, max_block", SHAPES)
 def test_extremes_heavy_backpressure(pe, simd, rows, dsp_pairs, max_block):
-    """max_block blocks of qa = -128 / 127 with codes 15 / 255 (the ends of the accumulator
-    and isum ranges) on every row, narrow and wide, then many one-step blocks, with
-    back-pressure 0.8: the credit stalls the input again and again, nothing is lost or
+    """max_block blocks of qa = -128 / 127 with nibbles 15 / 0 (every column at both ends
+    of its range, ``[-128, 127] * 15 * max_block``) on every row, then many one-step blocks,
+    with back-pressure 0.8: the credit stalls the input again and again, nothing is lost or
     duplicated."""
     unit, sim = unit_sim(pe, simd, rows, dsp_pairs, max_block)
     rng = np.random.default_rng(7)
@@ -351,21 +360,21 @@ def test_extremes_heavy_backpressure(pe, simd, rows, dsp_pairs, max_block):
     for _ in range(1500):
         qa, w = random_step(rng, unit, True)
         ones.beat(qa, w, int(rng.integers(rows)), True, True)
-    segs = [(ext, 0), (ext, 1), (ones, 1)]
-    results = sim.run_segments([segment(b, wide) for b, wide in segs], backpressure=0.8,
+    segs = [ext, ones]
+    results = sim.run_segments([segment(b) for b in segs], backpressure=0.8,
                                seed=3, watchdog=10_000 + 8 * rows * max_block)
-    for k, ((beats, wide), r) in enumerate(zip(segs, results, strict=True)):
-        check(r, beats, wide, f"segment {k} wide={wide}")
-    e_narrow, e_wide = ext.expected(0)[0], ext.expected(1)[0]
-    assert e_narrow.min() == -128 * 15 * max_block and e_wide.min() == -128 * 255 * max_block
-    assert e_wide.max() == 127 * 255 * max_block
-    out = results[2].output_cycles["o"]
+    for k, (beats, r) in enumerate(zip(segs, results, strict=True)):
+        check(r, beats, f"segment {k}")
+    e = ext.expected()[0]                                  # every column at both ends
+    assert (e.min(axis=0) == -128 * 15 * max_block).all()
+    assert (e.max(axis=0) == 127 * 15 * max_block).all()
+    out = results[1].output_cycles["o"]
     assert out[-1] - out[0] + 1 > 3 * len(out)
 
 
 # -- Amaranth's simulator ----------------------------------------------------------------------
 
-def amaranth_run(dut: PackedMacArray, beats: Beats, wide: int, *, idle: float = 0.0,
+def amaranth_run(dut: PackedMacArray, beats: Beats, *, idle: float = 0.0,
                  backpressure: float = 0.0, seed: int = 1, max_cycles: int = 20_000):
     """Drive ``beats`` into ``dut`` with random idle cycles and back-pressure; return the
     ``o`` beats (isum rows, rows) and the accept and output cycles."""
@@ -374,7 +383,6 @@ def amaranth_run(dut: PackedMacArray, beats: Beats, wide: int, *, idle: float = 
     got, rows, acc, out = [], [], [], []
 
     async def testbench(ctx):
-        ctx.set(dut.wide, wide)
         k = 0
         for cycle in range(max_cycles):
             offer = k < len(payloads) and rng.random() >= idle
@@ -406,15 +414,15 @@ def amaranth_run(dut: PackedMacArray, beats: Beats, wide: int, *, idle: float = 
             np.array(out))
 
 
-@pytest.mark.parametrize("wide", [0, 1])
-def test_random_blocks_amaranth_sim(wide):
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_blocks_amaranth_sim(seed):
     """A small mixed unit (a pair split across a DSP and a LUT slot, 3 rows) on Amaranth's
     simulator: interleaved rows and tiles with idle cycles and back-pressure."""
     dut = PackedMacArray(pe=4, simd=2, rows=3, dsp_pairs=3, max_block=16)
-    rng = np.random.default_rng(11 + wide)
+    rng = np.random.default_rng(11 + seed)
     beats = tiles(dut, rng, 4, interleaved(dut, rng, 30))
-    isum, rows, _, _ = amaranth_run(dut, beats, wide, idle=0.3, backpressure=0.3, seed=wide)
-    e_isum, e_rows = beats.expected(wide)
+    isum, rows, _, _ = amaranth_run(dut, beats, idle=0.3, backpressure=0.3, seed=seed)
+    e_isum, e_rows = beats.expected()
     np.testing.assert_array_equal(rows, e_rows)
     np.testing.assert_array_equal(isum, e_isum)
 
@@ -424,7 +432,7 @@ def test_latency_hold_and_busy_amaranth_sim():
     held (stable) under back-pressure; ``busy`` covers an open block and a held result; the
     extreme products (qa -128, nibbles 15) of both slot kinds."""
     dut = PackedMacArray(pe=2, simd=2, rows=2, dsp_pairs=1, max_block=16)
-    assert dut.latency == 3 + 1 + 4
+    assert dut.latency == 3 + 1 + 3
 
     async def testbench(ctx):
         assert not ctx.get(dut.busy) and ctx.get(dut.i.ready)
@@ -548,7 +556,7 @@ def test_reset_mid_stream_amaranth_sim():
     sim.add_clock(1e-8)
     sim.add_testbench(testbench)
     sim.run()
-    np.testing.assert_array_equal(np.array(got).reshape(-1, 4), after.expected(0)[0])
+    np.testing.assert_array_equal(np.array(got).reshape(-1, 4), after.expected()[0])
 
 
 def test_bad_row_keeps_the_zero_word_amaranth_sim():
@@ -587,7 +595,7 @@ def test_bad_row_keeps_the_zero_word_amaranth_sim():
 @pytest.mark.parametrize("pe, simd, rows, dsp_pairs", [(8, 4, 4, 6), (2, 1, 1, None)])
 def test_ecp5_instances_match_behaviour_icarus(tmp_path, pe, simd, rows, dsp_pairs):
     """With the MULT18X18D instances (and a model of the cell) the unit behaves exactly like
-    the behavioural description, cycle by cycle, under random beats, valid, ready and mode."""
+    the behavioural description, cycle by cycle, under random beats, valid and ready."""
     from qaccel.rtl.verilog import emit_verilog
     kw = dict(pe=pe, simd=simd, rows=rows, dsp_pairs=dsp_pairs, max_block=64)
     beh, prim = PackedMacArray(**kw), PackedMacArray(**kw, ecp5=True)
@@ -597,15 +605,15 @@ def test_ecp5_instances_match_behaviour_icarus(tmp_path, pe, simd, rows, dsp_pai
     words = -(-width // 32)
     tb = f"""
 module tb;
-  reg clk = 0, rst = 1, valid = 0, ready = 0, wide = 0;
+  reg clk = 0, rst = 1, valid = 0, ready = 0;
   reg [{32 * words - 1}:0] payload = 0;
   wire [{owidth - 1}:0] op_b, op_p;
   wire ir_b, ir_p, ov_b, ov_p, busy_b, busy_p;
   beh b(.clk(clk), .rst(rst), .i__payload(payload[{width - 1}:0]), .i__valid(valid),
-        .i__ready(ir_b), .wide(wide), .o__payload(op_b), .o__valid(ov_b), .o__ready(ready),
+        .i__ready(ir_b), .o__payload(op_b), .o__valid(ov_b), .o__ready(ready),
         .busy(busy_b));
   prim p(.clk(clk), .rst(rst), .i__payload(payload[{width - 1}:0]), .i__valid(valid),
-         .i__ready(ir_p), .wide(wide), .o__payload(op_p), .o__valid(ov_p), .o__ready(ready),
+         .i__ready(ir_p), .o__payload(op_p), .o__valid(ov_p), .o__ready(ready),
          .busy(busy_p));
   always #5 clk = ~clk;
   integer k, errors = 0, outs = 0;
@@ -619,7 +627,6 @@ module tb;
         valid = ($random & 3) != 0;
       end
       ready = ($random & 3) != 0;
-      wide = k >= 1500;
       #1;
       if (ir_b !== ir_p || ov_b !== ov_p || busy_b !== busy_p || (ov_b && op_b !== op_p))
         errors = errors + 1;
@@ -644,25 +651,33 @@ def test_widths_and_contract_numbers():
     for mb in (16, 256, 1024):
         u = PackedMacArray(pe=2, simd=1, max_block=mb)
         m = mb.bit_length() - 1
-        assert u.isum_width == m + 16 == signed_width(-128 * 255 * mb, 127 * 255 * mb)
         assert u.acc_width == m + 12 == signed_width(-128 * 15 * mb, 127 * 15 * mb)
-        assert -128 * 255 * mb < -(1 << (u.isum_width - 2))          # minimal
+        assert -128 * 15 * mb < -(1 << (u.acc_width - 2))            # minimal
     u = PackedMacArray(pe=8, simd=4, rows=4)
-    assert (u.isum_width, u.acc_width, u.row_width, u.dsp_pairs, u.lut_pairs) == (
-        24, 20, 2, 16, 0)
+    assert (u.acc_width, u.row_width, u.dsp_pairs, u.lut_pairs) == (20, 2, 16, 0)
+    assert not hasattr(u, "isum_width")
     assert [PackedMacArray(pe=2, simd=s).tree_stages for s in (1, 2, 4, 8, 16)] == [
         0, 1, 2, 3, 4]
     assert [PackedMacArray(pe=2, simd=s).latency for s in (1, 2, 4, 8, 16)] == [
-        6, 7, 8, 9, 10]
+        5, 6, 7, 8, 9]
     assert [PackedMacArray(pe=2, simd=s, dsp_pairs=0).latency for s in (1, 2, 4, 8, 16)] == [
-        7, 8, 9, 10, 11]
+        6, 7, 8, 9, 10]
     assert (u.pre_stages, PackedMacArray(pe=8, simd=4, dsp_pairs=15).pre_stages) == (2, 3)
+    assert (u.latency, PackedMacArray(pe=32, simd=1, dsp_pairs=12).latency) == (7, 6)
     assert PackedMacArray(pe=2, simd=1, rows=1).row_width == 1
     assert PackedMacArray(pe=2, simd=1, rows=16).row_width == 4
-    assert u.fifo_depth > u.latency + 1
+    for simd in (1, 2, 4, 8, 16):                       # least power of two > latency + 1
+        for dsp in (None, 0):
+            d = PackedMacArray(pe=2, simd=simd, dsp_pairs=dsp).fifo_depth
+            lat = PackedMacArray(pe=2, simd=simd, dsp_pairs=dsp).latency
+            assert d & (d - 1) == 0 and d // 2 <= lat + 1 < d
     members = u.signature.members
+    assert set(members) == {"i", "o", "busy"}
     assert members["i"].signature.members["payload"].shape.size == 4 * 8 + 8 * 4 * 4 + 2 + 2
-    assert members["o"].signature.members["payload"].shape.size == 8 * 24 + 2
+    o_layout = members["o"].signature.members["payload"].shape
+    assert o_layout == data.StructLayout({"isum": data.ArrayLayout(signed(20), 8),
+                                          "row": unsigned(2)})
+    assert o_layout.size == 8 * 20 + 2
     # the packed product: the low product exact in 12 bits, the operand 16 bits
     assert 15 + 15 * (1 << 12) < 1 << 16 and -2048 <= -128 * 15 and 127 * 15 < 2048
 

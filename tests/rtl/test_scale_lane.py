@@ -7,10 +7,10 @@ interleaved over many accumulators, edge values (zero terms, -0, subnormal produ
 to inf, NaN scales and biases, |d| >= 2**24 and its rounding, zp = 255 with asum at its
 limits), few addresses back to back (forced stalls) under random idle cycles and
 back-pressure; every output checked, counted (nothing lost or duplicated) and in order; the
-admission cycles equal those of a cycle model of the scoreboard (so the recurrence and the
-sustained rate are as stated) and, without pauses, every result is offered exactly
-``latency`` cycles after its input; the same with 128 accumulators in block RAM (a longer
-read, more forwarding). On Amaranth's simulator: the latency of one beat, a stall
+transfer and result cycles equal those of a cycle model of the skid and the scoreboard (so
+the recurrence and the sustained rate are as stated) and, without pauses, every result is
+offered exactly ``latency`` cycles after its input; the same with 128 accumulators in block
+RAM (a longer read, more forwarding). On Amaranth's simulator: the latency of one beat, a stall
 of ``recurrence - distance`` cycles, the output credit under a long back-pressure, and a
 reset that drops everything in flight. Marked ``slow``: half a million terms. Synthesis (marked
 ``synth``) reports the ECP5 figures.
@@ -58,7 +58,8 @@ def reference(b: dict) -> tuple[np.ndarray, np.ndarray]:
 
     ``d`` exact (int64), ``f32(d)`` through float64 (exact there, then one rounding),
     ``t = (sa * sb) * f`` and ``acc + t`` in NumPy float32 arithmetic."""
-    d = b["isum"].astype(np.int64) - b["zp"].astype(np.int64) * b["asum"].astype(np.int64)
+    d = (b["isum"].astype(np.int64) + 16 * b["isum_hi"].astype(np.int64)
+         - b["zp"].astype(np.int64) * b["asum"].astype(np.int64))
     f = d.astype(np.float64).astype(F32)
     sa, sb = b["sa"].astype(np.uint32).view(F32), b["sb"].astype(np.uint32).view(F32)
     bias = b["bias"].astype(np.uint32).view(F32)
@@ -155,7 +156,14 @@ def operands(rng, n: int, *, edge: float = 0.0) -> dict:
         sa[h] = rng.integers(0, 1 << 32, h.sum(), dtype=np.uint64).astype(np.uint32).view(F32)
         h = hit()
         sb[h] = rng.integers(0, 1 << 32, h.sum(), dtype=np.uint64).astype(np.uint32).view(F32)
-    return {"isum": isum.astype(np.int64), "asum": asum.astype(np.int64),
+    # the high-nibble sum of 5..8-bit codes: zero for most terms (codes of 2..4 bits)
+    isum_hi = np.where(rng.random(n) < 0.3, rng.integers(-128 * 15 * 8, 127 * 15 * 8, n)
+                       * np.sqrt(block).astype(np.int64), 0)
+    if edge:
+        h = rng.random(n) < edge
+        isum_hi[h] = rng.choice([-(1 << (IW - 1)), (1 << (IW - 1)) - 1, -1, 1], h.sum())
+    return {"isum": isum.astype(np.int64), "isum_hi": isum_hi.astype(np.int64),
+            "asum": asum.astype(np.int64),
             "zp": zp.astype(np.int64), "sa": sa.view(np.uint32).astype(np.int64),
             "sb": sb.view(np.uint32).astype(np.int64),
             "bias": bias.view(np.uint32).astype(np.int64)}
@@ -168,28 +176,32 @@ def beats(rng, sched, *, edge: float = 0.0) -> dict:
                 "addr": addr.astype(np.int64)}
 
 
-def admission(lane: ScaleLane, b: dict) -> np.ndarray:
-    """Admission cycles without pauses or back-pressure, from the scoreboard's rule: a beat
-    that reads (``first`` clear) waits until ``recurrence`` cycles after the last admitted beat
-    that writes its address (``last`` clear)."""
-    cycles = np.zeros(b["addr"].size, np.int64)
+def admission(lane: ScaleLane, b: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Transfer and admission cycles without pauses or back-pressure. A beat is admitted one
+    cycle after its transfer at the earliest, after the beat before it, and, if it reads
+    (``first`` clear), no sooner than ``recurrence`` cycles after the last admitted beat that
+    writes its address (``last`` clear). It is transferred while the two-entry skid has room:
+    after the beat two ahead of it was admitted."""
+    n = b["addr"].size
+    xfer, adm = np.zeros(n, np.int64), np.zeros(n, np.int64)
     write_at: dict[int, int] = {}
-    t = -1
-    for k in range(cycles.size):
-        t += 1
+    for k in range(n):
+        xfer[k] = max(xfer[k - 1] + 1 if k else 0, adm[k - 2] + 1 if k >= 2 else 0)
         a = int(b["addr"][k])
+        t = max(xfer[k] + 1, adm[k - 1] + 1 if k else 0)
         if not b["first"][k] and a in write_at:
             t = max(t, write_at[a] + lane.recurrence)
-        cycles[k] = t
+        adm[k] = t
         if not b["last"][k]:
             write_at[a] = t
-    return cycles
+    return xfer, adm
 
 
 def run(lane: ScaleLane, sim: StreamSim, b: dict, **kw):
     """Run ``b`` through the lane; check every result, their count and order; return the
     StreamResult."""
     for name, lo, hi in (("isum", -(1 << (IW - 1)), 1 << (IW - 1)),
+                         ("isum_hi", -(1 << (IW - 1)), 1 << (IW - 1)),
                          ("asum", -(1 << (AW - 1)), 1 << (AW - 1)), ("zp", 0, 256),
                          ("addr", 0, lane.depth)):
         assert lo <= b[name].min() and b[name].max() < hi, name
@@ -239,13 +251,14 @@ def test_admission_follows_the_recurrence(n_addr):
         b = beats(rng, sched, edge=0.02)
         r = run(lane, sim, b)
         acc = r.accepted["i"]
-        model = admission(lane, b)
-        np.testing.assert_array_equal(acc - acc[0], model - model[0])
-        np.testing.assert_array_equal(r.output_cycles["o"], acc[b["last"] == 1] + lane.latency)
+        xfer, adm = admission(lane, b)
+        np.testing.assert_array_equal(acc - acc[0], xfer - xfer[0])
+        np.testing.assert_array_equal(r.output_cycles["o"] - acc[0],
+                                      adm[b["last"] == 1] - xfer[0] + lane.latency - 1)
         if rr:
             # in turn: a row's next block comes n_addr beats later, so it waits for
             # recurrence - n_addr cycles when that is positive, never otherwise
-            gap = np.diff(acc.reshape(-1, n_addr)[:, 0])
+            gap = np.diff(adm.reshape(-1, n_addr)[:, 0])
             blocks = b["first"].reshape(-1, n_addr)[1:, 0] == 0
             np.testing.assert_array_equal(gap[blocks], max(n_addr, lane.recurrence))
 
@@ -285,8 +298,10 @@ def test_block_ram_accumulators(n_addr):
                   schedule(rng, n_addr, 400, 9)):
         b = beats(rng, (sched[0], sched[1], where[sched[2]]), edge=0.02)
         r = run(lane, sim, b)
-        model = admission(lane, b)
-        np.testing.assert_array_equal(r.accepted["i"] - r.accepted["i"][0], model - model[0])
+        xfer, adm = admission(lane, b)
+        np.testing.assert_array_equal(r.accepted["i"] - r.accepted["i"][0], xfer - xfer[0])
+        np.testing.assert_array_equal(r.output_cycles["o"] - r.accepted["i"][0],
+                                      adm[b["last"] == 1] - xfer[0] + lane.latency - 1)
     b = beats(rng, (sched[0], sched[1], where[sched[2]]), edge=0.05)
     run(lane, sim, b, idle=0.2, backpressure=0.4, seed=n_addr)
 
@@ -317,21 +332,25 @@ def test_edge_values_exhaustive_mix():
     sa, sb, bias, d = (g.ravel() for g in np.meshgrid(spec, spec, spec[[0, 1, 2, 4, 6, 11]],
                                                       np.array(ds), indexing="ij"))
     n = sa.size
-    one = {"isum": d, "asum": np.zeros(n, np.int64), "zp": np.zeros(n, np.int64),
+    one = {"isum": d, "isum_hi": np.zeros(n, np.int64), "asum": np.zeros(n, np.int64),
+           "zp": np.zeros(n, np.int64),
            "sa": sa, "sb": sb, "bias": bias, "first": np.ones(n, np.int64),
            "last": np.ones(n, np.int64), "addr": np.arange(n) % DEPTH}
-    # zp = 255 with asum at its limits, isum at its limits: the widest d
+    # zp = 255 with asum at its limits, isum and isum_hi at theirs: the widest d
     lim = [(-(1 << (IW - 1)), (1 << (AW - 1)) - 1), ((1 << (IW - 1)) - 1, -(1 << (AW - 1))),
            (0, -(1 << (AW - 1))), (0, (1 << (AW - 1)) - 1)]
     m = 4 * len(lim)
-    wide = {"isum": np.array([i for i, _ in lim] * 4), "asum": np.array([a for _, a in lim] * 4),
+    wide = {"isum": np.array([i for i, _ in lim] * 4),
+            "isum_hi": np.array([i for i, _ in lim] * 2 + [0] * (2 * len(lim))),
+            "asum": np.array([a for _, a in lim] * 4),
             "zp": np.full(m, 255), "sa": np.full(m, F32(1.0).view(np.uint32), np.int64),
             "sb": np.full(m, F32(1.0).view(np.uint32), np.int64),
             "bias": np.zeros(m, np.int64), "first": np.ones(m, np.int64),
             "last": np.ones(m, np.int64), "addr": np.arange(m) % DEPTH}
     # two-block rows: huge then opposite (cancellation to +0), max + max (overflow)
     big = F32(3.0e38).view(np.uint32)
-    pairs = {"isum": np.array([1, -1, 1, 1, 3, 0]), "asum": np.zeros(6, np.int64),
+    pairs = {"isum": np.array([1, -1, 1, 1, 3, 0]), "isum_hi": np.zeros(6, np.int64),
+             "asum": np.zeros(6, np.int64),
              "zp": np.zeros(6, np.int64),
              "sa": np.array([big, big, big, big, F32(1e-45).view(np.uint32),
                              F32(-0.0).view(np.uint32)], np.int64),
@@ -368,7 +387,7 @@ def _small():
 
 
 def _beat(addr, first, last, isum=3, sa=1.0, sb=0.5, bias=0.25):
-    return {"isum": isum, "asum": 0, "zp": 0, "sa": int(F32(sa).view(np.uint32)),
+    return {"isum": isum, "isum_hi": 0, "asum": 0, "zp": 0, "sa": int(F32(sa).view(np.uint32)),
             "sb": int(F32(sb).view(np.uint32)), "bias": int(F32(bias).view(np.uint32)),
             "first": first, "last": last, "addr": addr}
 
@@ -382,11 +401,21 @@ def _simulate(top, bench):
 
 def test_latency_and_recurrence_on_amaranth():
     """One one-block row: ``y`` offered exactly ``latency`` cycles after the transfer. Two
-    beats of one address at distances 1 .. recurrence: the second is taken ``recurrence``
-    cycles after the first (a stall of ``recurrence - distance``), never earlier, and the
-    sum is right; a ``first`` beat right behind a write of its address is not held."""
+    beats of one address at distances 1 .. recurrence: the second's result comes
+    ``recurrence - distance`` cycles late (its stall), never earlier, and the sum is right; a
+    ``first`` beat right behind a write of its address is not held; ``i.ready`` stays high
+    while the skid has room."""
     lane, top = _small()
     got = {}
+
+    async def wait_result(ctx):
+        n = 0
+        while not ctx.get(lane.o.valid):
+            await ctx.tick()
+            n += 1
+        y = ctx.get(lane.o.payload.y)
+        await ctx.tick()
+        return n, y
 
     async def bench(ctx):
         i, o = lane.i, lane.o
@@ -396,13 +425,8 @@ def test_latency_and_recurrence_on_amaranth():
         assert ctx.get(i.ready)
         await ctx.tick()
         ctx.set(i.valid, 0)
-        n = 1
-        while not ctx.get(o.valid):
-            await ctx.tick()
-            n += 1
-        got["latency"] = n
-        got["y0"] = ctx.get(o.payload.y)
-        await ctx.tick()
+        n, got["y0"] = await wait_result(ctx)
+        got["latency"] = n + 1
         stalls = {}
         for dist in range(1, lane.recurrence + 2):
             ctx.set(i.payload, _beat(2, 1, 0, isum=4))          # 0.25 + 2
@@ -413,45 +437,42 @@ def test_latency_and_recurrence_on_amaranth():
                 await ctx.tick()
             ctx.set(i.payload, _beat(2, 0, 1, isum=-2, sb=0.75))    # + (-1.5)
             ctx.set(i.valid, 1)
-            s = 0
-            while not ctx.get(i.ready):
-                s += 1
-                await ctx.tick()
-            stalls[dist] = s
+            assert ctx.get(i.ready)                              # the skid has room
             await ctx.tick()
             ctx.set(i.valid, 0)
-            while not ctx.get(o.valid):
-                await ctx.tick()
-            got[f"y{dist}"] = ctx.get(o.payload.y)
-            await ctx.tick()
+            n, got[f"y{dist}"] = await wait_result(ctx)
+            stalls[dist] = n + 1 - lane.latency
         got["stalls"] = stalls
-        # a write to addr 3 in flight does not hold a first beat of addr 3 (nor another addr)
-        ctx.set(i.payload, _beat(3, 1, 0))
+        # a write to addr 3 in flight does not hold a first beat of addr 3 (nor another
+        # address): three beats back to back, each result ``latency`` after its transfer
         ctx.set(i.valid, 1)
-        await ctx.tick()
-        ctx.set(i.payload, _beat(3, 1, 1))
-        assert ctx.get(i.ready)
-        await ctx.tick()
-        ctx.set(i.payload, _beat(0, 0, 1))
-        assert ctx.get(i.ready)
-        ctx.set(i.payload, _beat(3, 0, 1))
-        assert not ctx.get(i.ready)
+        for beat in (_beat(3, 1, 0), _beat(3, 1, 1), _beat(0, 1, 1)):
+            ctx.set(i.payload, beat)
+            assert ctx.get(i.ready)
+            await ctx.tick()
         ctx.set(i.valid, 0)
+        n, _ = await wait_result(ctx)
+        got["first_behind_write"] = n + 2      # from its transfer
+        n, _ = await wait_result(ctx)
+        got["other_addr"] = n
 
     _simulate(top, bench)
     assert got["latency"] == lane.latency
     if isinstance(lane._adder, Fp32Add) and isinstance(lane._mul1, Fp32Mul):
-        assert (lane.latency, lane.recurrence) == (28, 9)        # the docstring's figures
+        assert (lane.latency, lane.recurrence) == (29, 9)        # the docstring's figures
     assert got["y0"] == F32(1.75).view(np.uint32)
     assert got["stalls"] == {d: max(0, lane.recurrence - d) for d in got["stalls"]}
     for dist in got["stalls"]:
         assert got[f"y{dist}"] == F32(0.75).view(np.uint32), dist
+    # the second beat's result offered `latency` after its transfer, the third's in the next
+    # cycle: no stall
+    assert (got["first_behind_write"], got["other_addr"]) == (lane.latency, 0)
 
 
 def test_output_credit_and_reset_on_amaranth():
-    """With ``o.ready`` low, exactly ``fifo_depth`` last beats are taken (then ``i.ready`` is
-    low for them, while non-last beats still go in); all come out, once, in order. A reset
-    with beats in flight and in the FIFO drops them all."""
+    """With ``o.ready`` low, exactly ``fifo_depth`` last beats are admitted and two more wait
+    in the skid (then ``i.ready`` is low); all come out, once, in order. A reset with beats
+    in the skid, in flight and in the FIFO drops them all."""
     lane, top = _small()
     got = {"ys": [], "after_reset": []}
     D = lane.fifo_depth
@@ -461,8 +482,8 @@ def test_output_credit_and_reset_on_amaranth():
         ctx.set(o.ready, 0)
         taken = 0
         ctx.set(i.valid, 1)
-        for k in range(D + 6):
-            ctx.set(i.payload, _beat(k % 4, 1, 1, isum=k))
+        for k in range(D + 8 + lane.latency):
+            ctx.set(i.payload, _beat(k % 4, 1, 1, isum=taken))
             if ctx.get(i.ready):
                 taken += 1
             await ctx.tick()
@@ -470,14 +491,12 @@ def test_output_credit_and_reset_on_amaranth():
         ctx.set(i.payload, _beat(0, 1, 0))
         got["non_last_ready"] = ctx.get(i.ready)
         ctx.set(i.valid, 0)
-        for _ in range(lane.latency + 4):
-            await ctx.tick()
         ctx.set(o.ready, 1)
-        for _ in range(D + 4):
+        for _ in range(D + lane.latency + 8):
             if ctx.get(o.valid):
                 got["ys"].append(ctx.get(o.payload.y))
             await ctx.tick()
-        # reset with beats in the pipeline and in the FIFO
+        # reset with beats in the skid, the pipeline and the FIFO
         ctx.set(o.ready, 0)
         ctx.set(i.valid, 1)
         for k in range(lane.latency + 5):
@@ -499,9 +518,9 @@ def test_output_credit_and_reset_on_amaranth():
             await ctx.tick()
 
     _simulate(top, bench)
-    assert got["taken"] == D
-    assert got["non_last_ready"]
-    want = [F32(F32(0.25) + F32(0.5) * F32(k)).view(np.uint32) for k in range(D)]
+    assert got["taken"] == D + 2
+    assert not got["non_last_ready"]
+    want = [F32(F32(0.25) + F32(0.5) * F32(k)).view(np.uint32) for k in range(D + 2)]
     assert got["ys"] == want
     assert got["after_reset"] == [F32(0.25 + 3.5).view(np.uint32)]
 
@@ -527,12 +546,12 @@ def test_ports_and_derived_figures():
     lane = ScaleLane(depth=1, isum_width=2, asum_width=2)
     assert lane.addr_width == 1
     lay = ScaleLane(depth=1024, isum_width=40, asum_width=32)
-    assert lay.i.payload.shape().size == 40 + 32 + 8 + 96 + 2 + 10
+    assert lay.i.payload.shape().size == 2 * 40 + 32 + 8 + 96 + 2 + 10
     assert lay.o.payload.shape().size == 32 + 10
     for u in (lane, lay, ScaleLane(depth=32, isum_width=IW, asum_width=AW)):
         assert u.recurrence == u._adder.latency + 1
         assert u.latency == u.adder_cycle + u._adder.latency + 2
-        assert u.adder_cycle == max(1 + u._mul1.latency, 1 + u.convert_latency) \
+        assert u.adder_cycle == 1 + max(1 + u._mul1.latency, 1 + u.convert_latency) \
             + u._mul2.latency
         assert u.fifo_depth > u.latency
     # the float units: Fp32Add, Fp32Mul on MULT18X18Ds, instances with ecp5 (same latency)

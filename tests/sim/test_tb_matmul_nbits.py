@@ -121,7 +121,7 @@ def test_scoreboard_catches_a_corrupted_expected_value():
 
 
 #: Both paths (the engine of tests/rtl/test_matmul_nbits.py "p2s4"): float-path jobs.
-FLOAT_CONFIG = AccelConfig(pe=2, simd=4, weight_bus_width=32)
+FLOAT_CONFIG = AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True)
 FLOAT_CASES = [  # bits, block_size, K, N, zero points, bias, M, level
     (4, 32, 100, 5, "packed", True, 2, 0),
     (3, 16, 50, 3, "float", False, 2, 4),
