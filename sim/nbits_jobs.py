@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qaccel.model import nbits_kernels as _k
-from qaccel.model.config import AccelConfig
+from qaccel.model.config import ZERO_POINTS, AccelConfig
 from qaccel.model.dtypes import dtype_name
 from qaccel.model.nbits import _check_A, _Op, unpack_nbits, unpack_zero_points
 from qaccel.model.nbits_hw import gidx_operands, int8_path, matmul_nbits_hw
@@ -260,8 +260,14 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     y_ref = matmul_nbits_v2(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
                             block_size=block_size, accuracy_level=accuracy_level)
     a = _check_A(A, K)
-    op = _Op(B, scales, zero_points, None, K=K, N=N, bits=bits, block_size=block_size,
+    op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
              dtype=a.dtype)
+    if not int8_path(accuracy_level, float_zero_points=op.zmode == _k.ZP_FLOAT,
+                     g_idx=op.gidx is not None):
+        raise ValueError(f"the v2 engine's RTL takes the int8 path only (accuracy_level 4, "
+                         f"integer or no zero points, no g_idx), not accuracy_level "
+                         f"{accuracy_level} with {ZERO_POINTS[op.zmode]} zero points and "
+                         f"{'a' if op.gidx is not None else 'no'} g_idx")
     bs, kb, pe, simd, T = op.block_size, op.kb, config.pe, config.simd, config.m_tile
     if not 16 <= bs <= config.max_block_size:
         raise ValueError(f"block_size must be in [16, {config.max_block_size}] for this "

@@ -137,6 +137,14 @@ def test_illegal_shapes_are_rejected():
         MatMulNBitsV2("p4s2")
     with pytest.raises(ValueError, match="K must be at most config.max_k"):
         make_job(SHAPES["p8s1t2"], 4, 32, 600, 2, "none", False, 1)
+    # the RTL's job takes the int8 path only (the contract has the float path, the RTL not yet)
+    W = np.random.default_rng(0).standard_normal((64, 16)).astype(np.float32)
+    B, S, Z = quantize_weights_nbits(W, bits=4, block_size=32, symmetric=False)
+    A = np.ones((1, 64), np.float32)
+    for level, zp in ((0, Z), (3, None), (4, S.astype(np.float32))):
+        with pytest.raises(ValueError, match="int8 path only"):
+            nbits_job_v2(A, B, S, zp, K=64, N=16, bits=4, block_size=32,
+                         accuracy_level=level, config=SHAPES["p8s1t2"])
 
 
 #: Calls whose cycles the performance model must give exactly: bits, block_size, K, N, M
