@@ -58,20 +58,20 @@ class Fp32Narrow(wiring.Component):
         sig = Cat(frac, exp != 0)                                    # 24 bits
 
         # -- stage 1: exponents, shift and trailing zeros ------------------------------------
-        e16 = Signal(range(-112, 144))
-        m.d.comb += e16.eq(exp - 112)
+        # float16: biased exponent e16 = exp - 112; normal results for exp >= 113 (base
+        # (e16 - 1) << 10), subnormal shift 1 - e16 = 113 - exp clamped to 0..12: compares
+        # with constants and a 4-bit subtract, no wide adder chain
         s1 = {name: Signal(width, name=f"s1_{name}") for name, width in (
             ("sign", 1), ("nan", 1), ("ovf", 1), ("base", 15), ("sub", 4), ("bf", 1),
             ("sig", 24), ("tz", 5))}
-        sub = Signal(range(-142, 114))                 # float16 subnormal shift: 1 - e16
-        m.d.comb += sub.eq(1 - e16)
         with m.If(self.fmt):                                         # bfloat16
             m.d.sync += [s1["ovf"].eq(exp == 255),
                          s1["base"].eq(Mux(exp != 0, exp - 1, 0) << 7), s1["sub"].eq(0)]
         with m.Else():                                               # float16
-            m.d.sync += [s1["ovf"].eq(e16 >= 31),
-                         s1["base"].eq(Mux(e16 >= 1, e16 - 1, 0) << 10),
-                         s1["sub"].eq(Mux(sub <= 0, 0, Mux(sub >= 12, 12, sub)))]
+            m.d.sync += [s1["ovf"].eq(exp >= 143),
+                         s1["base"].eq(Mux(exp >= 113, (exp - 113)[:5], 0) << 10),
+                         s1["sub"].eq(Mux(exp >= 113, 0,
+                                          Mux(exp <= 101, 12, (113 - exp)[:4])))]
         tz = Const(24, 5)
         for k in reversed(range(24)):
             tz = Mux(sig[k], k, tz)
