@@ -611,27 +611,26 @@ SLOW_DISTS = {
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 
 
+def _check_float64(family, capsys, label, block_sizes, ks, M, N, dists):
+    worst, where, count = float_sweep(family, block_sizes, ks, M=M, N=N, dists=dists)
+    with capsys.disabled():
+        print(f"\nv2 float path vs float64, {label}{family} ({count} calls): worst "
+              f"|y - y64| / (sum|aw| + |bias|) = {worst:.3g} at {where}")
+    assert worst <= 1e-6
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_v2_float_path_within_bound_of_float64(family, capsys):
     """|y - y64| <= 1e-6 * (sum_k |a_k w_k| + |bias|), y64 the exact sum in float64 of A and
     the golden model's weights, every block size at K 4096 and 1000."""
-    worst, where, count = float_sweep(family, BLOCK_SIZES, (4096, 1000), M=2, N=6,
-                                      dists=DISTS)
-    with capsys.disabled():
-        print(f"\nv2 float path vs float64, {family} ({count} calls): worst |y - y64| / "
-              f"(sum|aw| + |bias|) = {worst:.3g} at {where}")
-    assert worst <= 1e-6
+    _check_float64(family, capsys, "", BLOCK_SIZES, (4096, 1000), 2, 6, DISTS)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_v2_float_path_within_bound_of_float64_sweep(family, capsys):
-    worst, where, count = float_sweep(family, (*BLOCK_SIZES, 512), (4096, 1000, 11008), M=8,
-                                      N=32, dists=SLOW_DISTS)
-    with capsys.disabled():
-        print(f"\nv2 float path vs float64, slow sweep, {family} ({count} calls): worst "
-              f"|y - y64| / (sum|aw| + |bias|) = {worst:.3g} at {where}")
-    assert worst <= 1e-6
+    _check_float64(family, capsys, "slow sweep, ", (*BLOCK_SIZES, 512), (4096, 1000, 11008),
+                   8, 32, SLOW_DISTS)
 
 
 @pytest.mark.slow
