@@ -322,6 +322,10 @@ def prepare_tools(targets: tuple[str, ...] = ("ecp5-25k",)) -> float:
 # Flow
 
 
+#: nextpnr routers :func:`synthesize` can run.
+ROUTERS = ("router1", "router2")
+
+
 def _yosys_script(t: Target, name: str) -> str:
     synth = (f"synth_ecp5 -top {name} -json {name}.json" if t.family == "ecp5"
              else f"synth_ice40 -dsp -top {name} -json {name}.json")
@@ -421,6 +425,7 @@ def synthesize(
     name: str | None = None,
     seed: int = 1,
     freq_mhz: float | None = None,
+    router: str = "router1",
 ) -> SynthResult:
     """Synthesise, place and route ``component`` for ``target``; return its figures.
 
@@ -439,6 +444,9 @@ def synthesize(
     freq_mhz : :class:`float`
         Clock constraint nextpnr optimises for (default: the target's, 100 MHz for ECP5,
         30 MHz for UP5K). The achieved Fmax is reported whether or not it is met.
+    router : :class:`str`
+        nextpnr's router: ``"router1"`` (its default) or ``"router2"``, which converges far
+        sooner on large, congested designs (an LFE5U-85F engine of 128 MACs).
 
     Raises
     ------
@@ -463,6 +471,8 @@ def synthesize(
     if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
         raise ValueError(f"name must be a Verilog identifier, not {name!r}")
     seed = check_int("seed", seed, 0, 2**31 - 1)
+    if router not in ROUTERS:
+        raise ValueError(f"router must be one of {', '.join(ROUTERS)}, not {router!r}")
     if freq_mhz is None:
         freq_mhz = t.freq_mhz
     if isinstance(freq_mhz, bool) or not isinstance(freq_mhz, (int, float)):
@@ -481,6 +491,8 @@ def synthesize(
     logic = _SRC_ATTR.sub("", text)
     script = _yosys_script(t, name)
     nextpnr_args = _nextpnr_args(t, name, freq_mhz, seed)
+    if router != "router1":                       # router1's builds keep their cache keys
+        nextpnr_args += ["--router", router]
     tools = {p: _tool_version(p) for p in (t.yosys_package, t.nextpnr_package)}
     key = digest({"verilog": logic, "target": dataclasses.asdict(t), "yosys": script,
                   "nextpnr": nextpnr_args, "tools": tools, "flow": FLOW_VERSION})

@@ -183,6 +183,12 @@ def test_synth_freq_error(freq, exc):
         synth.synthesize(Saturate(8, bits=4), freq_mhz=freq)
 
 
+@pytest.mark.parametrize("router", ["router3", "", None])
+def test_synth_router_error(router):
+    with pytest.raises(ValueError, match="router must be one of router1, router2"):
+        synth.synthesize(Saturate(8, bits=4), router=router)
+
+
 _FAKE_TOOL = """\
 import sys
 if sys.argv[1:] in (["-V"], ["--version"]):
