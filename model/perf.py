@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .config import ZERO_POINTS, AccelConfig, int8_path
-from .validate import check_int, check_int_choice, check_power_of_two
+from .validate import check_bool, check_int, check_int_choice, check_power_of_two
 
 __all__ = ["BOUNDS", "V2_BOUNDS", "ElementwiseCall", "NBitsCall", "NBitsPass", "NBitsV2Call",
            "elementwise_call", "nbits_v2_call",
@@ -417,15 +417,18 @@ class NBitsV2Call:
 
 
 def _lane_schedule(first: int, groups: int, kb: int, R: int, bpb: int, J: int,
-                   rec: int) -> int:
+                   rec: int, digits: int = 1) -> int:
     """The cycle of a tile's last lane term when the lanes or their accumulators bound.
 
     MAC result ``k`` (block ``n = k // R``, row ``r = k % R``) could reach the lanes at
     ``first + (n * bpb + bpb - 1) * R + r`` (``first``: the first step's issue plus the
     hand-off and the MAC latency); it waits for the previous result's ``J`` terms, and,
-    unless ``n`` starts a group, ``rec`` cycles after the same row's previous block
-    (ScaleLane's scoreboard). Assumes the MAC array's output FIFO never fills (the lanes'
-    backlog stays below its depth), so the steps themselves never stall."""
+    unless it opens its accumulators, ``rec`` cycles after the previous result on the same
+    accumulators (ScaleLane's recurrence, kept by LaneAdmission): the same row's previous
+    block, or with ``digits = 4`` (the float path: rows ``4a .. 4a + 3`` are the digit rows
+    of row ``a`` of A and share its accumulators) the previous digit row. Assumes the MAC
+    array's output FIFO never fills (the lanes' backlog stays below its depth), so the steps
+    themselves never stall."""
     start = []
     prev = None
     for n in range(groups * kb):
@@ -433,8 +436,10 @@ def _lane_schedule(first: int, groups: int, kb: int, R: int, bpb: int, J: int,
             t = first + (n * bpb + bpb - 1) * R + r
             if prev is not None:
                 t = max(t, prev + J)
-            if n % kb:
-                t = max(t, start[(n - 1) * R + r] + rec)
+            if r % digits:                               # the previous digit row
+                t = max(t, start[-1] + rec)
+            elif n % kb:                                 # the same row's previous block
+                t = max(t, start[(n - 1) * R + r + digits - 1] + rec)
             start.append(t)
             prev = t
     return prev + J - 1
@@ -452,7 +457,7 @@ def _v2_engine(config: AccelConfig):
 
 
 def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
-                  block_size: int, bias: bool = False) -> NBitsV2Call:
+                  block_size: int, bias: bool = False, float_path: bool = False) -> NBitsV2Call:
     """Return the cycles of a MatMulNBits call (accuracy_level 4, integer or no zero points)
     on the v2 engine of ``config``, composed from the engine's
     :attr:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2.timing` (its own pipeline and its
@@ -472,6 +477,13 @@ def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
     Exact against the RTL (tests/rtl/test_matmul_nbits_v2.py::test_call_cycles) whenever a
     group's steps outlast the read-out of the previous group (``S * R >= R * cols``, i.e.
     ``K / simd >= cols``); shorter rows also wait for the read-out.
+
+    ``float_path``: a call of the float path (docs/matmul_nbits_v2.md, section 2; needs
+    ``config.float_path``): a tile holds ``m_tile / 4`` rows of A, each quantised into four
+    int8 digit rows (the row quantiser's block-floating-point job) that the MAC array and the
+    lanes treat as rows sharing one accumulator per column, so ``R`` above counts digit rows
+    and the read-out ``R / 4`` rows. ``K`` is the engine's ``k``: with g_idx the padded
+    group-by-group layout's length.
     """
     if not isinstance(config, AccelConfig):
         raise TypeError(f"config must be an AccelConfig, not {config!r}")
@@ -481,7 +493,11 @@ def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
     check_int_choice("bits", bits, config.nbits)
     check_power_of_two("block_size", block_size, 16)
     check_int("block_size", block_size, None, config.max_block_size)
+    check_bool("float_path", float_path)
+    if float_path and not config.float_path:
+        raise ValueError("float_path calls need an engine built with config.float_path")
     tm, lanes, rq = _v2_engine(config)
+    digits = 4 if float_path else 1
     pe, simd, T = config.pe, config.simd, config.m_tile
     J = pe // lanes
     cols = pe // 2 if bits > 4 else pe
@@ -492,30 +508,33 @@ def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
     rec = tm["recurrence"]
 
     def block(rows: int) -> tuple[int, str]:
-        lim = {"compute": rows * bpb, "lanes": rows * J, "accumulator": rec}
+        lim = {"compute": rows * bpb, "lanes": rows * J,
+               "accumulator": rec * (rows if float_path else 1)}
         bound = max(V2_BOUNDS, key=lambda b: (lim[b], -V2_BOUNDS.index(b)))
         return lim[bound], bound
 
     t = tm["start"]                      # the tile's quantiser start
     load_total = 0
-    tiles = [min(T, M - r0) for r0 in range(0, M, T)]
-    for i, R in enumerate(tiles):
-        load = rq.job_cycles(K, R, block_size)
+    Ta = T // digits                     # rows of A per tile
+    tiles = [min(Ta, M - r0) for r0 in range(0, M, Ta)]
+    for i, Ra in enumerate(tiles):
+        R = Ra * digits                  # rows through the MAC array
+        load = rq.job_cycles(K, Ra, block_size, bfp=float_path)
         load_total += load
         first_issue = t + load + tm["issue"]
-        if R * J <= R * bpb and rec <= R * bpb:
+        if J <= bpb and rec <= R * bpb and (digits == 1 or rec <= J):
             # the MAC steps bound: each block's R results leave the lanes before the next
             last_issue = first_issue + groups * steps * R - 1
             last_term = last_issue + tm["to_lane"] + tm["mac"] + R * (J - 1)
         else:
             last_term = _lane_schedule(first_issue + tm["to_lane"] + tm["mac"], groups, kb,
-                                       R, bpb, J, rec)
-        last_take = last_term + tm["lane"] + tm["bank"] + R * cols - 1
+                                       R, bpb, J, rec, digits)
+        last_take = last_term + tm["lane"] + tm["bank"] + Ra * cols - 1
         if i + 1 < len(tiles):
             t = last_take + tm["next_tile"]
         else:
             cycles = last_take + tm["out"] + tm["done"]
-    rows = min(T, M)
+    rows = min(Ta, M) * digits
     per_block, bound = block(rows)
     F = lanes
     w_words = -(-steps // 2) if bits == 2 else steps

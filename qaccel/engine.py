@@ -307,11 +307,13 @@ class RTL:
           v2 engine (:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`, one job: every row
           tile against every column group); with ``check=True`` every result must equal
           :func:`qaccel.model.nbits_hw.matmul_nbits_v2` bit for bit.
-        * The float path (levels 0..3, float zero points, g_idx) runs on the v1 engine
-          (:class:`~qaccel.rtl.matmul_nbits.MatMulNBits`) if ``config.float_path`` is True,
-          a transitional fallback until v2's float path lands; ``check=True`` compares with
-          :func:`qaccel.model.nbits_hw.matmul_nbits_hw`. Without ``config.float_path`` (the
-          default configuration) such a call raises ValueError.
+        * The float path (levels 0..3, g_idx) with integer or no zero points runs on the v2
+          engine too if ``config.float_path`` is True (block floating point, four digit rows
+          per row; ``m_tile`` a multiple of 4), bit-exact with the same model. Float zero
+          points still run on the v1 engine (:class:`~qaccel.rtl.matmul_nbits.MatMulNBits`)
+          of such a configuration, a transitional fallback; ``check=True`` compares those
+          with :func:`qaccel.model.nbits_hw.matmul_nbits_hw`. Without ``config.float_path``
+          (the default configuration) a float-path call raises ValueError.
 
         Both agree with :func:`qaccel.matmul_nbits` and ONNX Runtime within
         ``1e-6 * sum_k |a_k w_k|``. ``last_run.elements`` counts multiply-accumulates
@@ -344,19 +346,19 @@ class RTL:
                 f"accuracy_level {level} with zero points {ZERO_POINTS[op.zmode]} and "
                 f"{'a' if op.gidx is not None else 'no'} g_idx needs: the engine takes "
                 f"accuracy_level 4 with integer or no zero points and no g_idx (a "
-                f"configuration with float_path=True runs the rest on the v1 engine)")
+                f"configuration with float_path=True runs the rest)")
         if a.size == 0:
             want = matmul_nbits(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
                                 block_size=block_size, accuracy_level=level)
             return self._empty("matmul_nbits", want, t0)
         args = (A, B, scales, zero_points, g_idx, bias)
         kwargs = dict(K=K, N=N, bits=bits, block_size=block_size, accuracy_level=level)
-        if v2:
+        if v2 or op.zmode != _k.ZP_FLOAT:
             return self._matmul_nbits_v2(*args, **kwargs, t0=t0)
         return self._matmul_nbits_v1(*args, **kwargs, t0=t0)
 
     def _matmul_nbits_v2(self, *args, t0: float, **kwargs) -> np.ndarray:
-        """An int8-path call on the v2 engine (see :meth:`matmul_nbits`)."""
+        """A call on the v2 engine (see :meth:`matmul_nbits`)."""
         from qaccel.sim.nbits_jobs import is_nan_code, nbits_job_v2, unpack_y_v2
 
         if kwargs["bits"] not in self.config.nbits:

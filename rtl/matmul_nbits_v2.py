@@ -4,7 +4,7 @@ share each weight fetch. Bit-exact with :func:`qaccel.model.nbits_hw.matmul_nbit
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -12,6 +12,7 @@ from qaccel.model.config import AccelConfig
 from qaccel.model.validate import check_bool
 from qaccel.rtl.fp32_narrow import LATENCY as _OUT_ROUND_LATENCY
 from qaccel.rtl.fp32_narrow import Fp32Narrow
+from qaccel.rtl.lane_admission import LaneAdmission
 from qaccel.rtl.packed_mac_array import PackedMacArray
 from qaccel.rtl.pipeline import delay
 from qaccel.rtl.row_quantizer import RowQuantizer
@@ -22,10 +23,11 @@ __all__ = ["COUNT_WIDTH", "OUT_FORMATS", "REGISTERS", "MatMulNBitsV2", "wide_col
 #: ``out_fmt`` values: the type ``y`` is rounded to (A's type), by index.
 OUT_FORMATS = ("float32", "float16", "bfloat16")
 #: The job registers (input ports), latched at ``start``.
-REGISTERS = ("k", "block_size", "bits", "m", "groups", "bias", "out_fmt")
+REGISTERS = ("k", "block_size", "bits", "m", "groups", "bias", "out_fmt", "fmode")
 #: Width of the ``k``, ``m`` and ``groups`` registers.
 COUNT_WIDTH = 22
 _Y_FIFO = 16           # y beats reserved past the rounding (more than its latency)
+_TERM_REG = 1           # the terms' register between the hand-off and the lanes
 _BANK_READ_LATENCY = 2  # the output banks' registered read, then the lane choice registered
 
 
@@ -88,8 +90,17 @@ class MatMulNBitsV2(wiring.Component):
 
     Registers (latched at ``start`` while ``busy`` is low): ``k`` (1 .. ``max_k``),
     ``block_size`` (a power of two, 16 .. ``max_block_size``), ``bits`` (2 .. 8), ``m``,
-    ``groups``, ``bias``, ``out_fmt``. ``busy`` is high from the cycle after ``start`` until
-    the last ``y`` beat is transferred.
+    ``groups``, ``bias``, ``out_fmt``, ``fmode``. ``busy`` is high from the cycle after
+    ``start`` until the last ``y`` beat is transferred.
+
+    ``fmode`` (with ``config.float_path``; ignored otherwise, which needs ``m_tile`` a
+    multiple of 4): the float path of docs/matmul_nbits_v2.md, section 2, with integer or
+    no zero points. A tile then holds ``m_tile / 4`` rows of A; the row quantiser writes
+    each row in block floating point as four int8 digit rows (digit ``i`` with its scale
+    ``sa_i`` and sum), which the MAC array takes as rows; the four digit rows of a row add
+    into one accumulator per column, digit 0 opening it (with the bias) and digit 3 closing
+    it. The streams are as above with ``k`` the layout's length (g_idx: the host's padded
+    group-by-group layout) and ``s`` carrying each block's scale and zero point.
 
     Throughput: one MAC step (``pe * simd`` MACs for 2..4-bit weights) per cycle while ``w``
     keeps up (``y`` taking a word a cycle keeps the read-out unthrottled: its FIFO's credit
@@ -107,6 +118,9 @@ class MatMulNBitsV2(wiring.Component):
         if config.pe % 2:
             raise ValueError(f"pe must be even for the v2 engine (two columns share a "
                              f"multiplier), not {config.pe}")
+        if config.float_path and config.m_tile % 4:
+            raise ValueError(f"m_tile must be a multiple of 4 for the v2 engine's float path "
+                             f"(four digit rows per row of A), not {config.m_tile}")
         self._config = config
         pe, simd = config.pe, config.simd
         self._lanes_n = F = config.scale_lanes
@@ -114,7 +128,8 @@ class MatMulNBitsV2(wiring.Component):
         self._mac = PackedMacArray(pe=pe, simd=simd, rows=config.m_tile,
                                    max_block=config.max_block_size,
                                    dsp_pairs=config.dsp_pairs, ecp5=ecp5)
-        self._rq = RowQuantizer(max_block=config.max_block_size, ecp5=ecp5)
+        self._rq = RowQuantizer(max_block=config.max_block_size, ecp5=ecp5,
+                                bfp=config.float_path)
         asum_width = self._rq.asum_width
         self._lanes = [ScaleLane(depth=config.m_tile * self._J,
                                  isum_width=self._mac.acc_width, asum_width=asum_width,
@@ -128,6 +143,7 @@ class MatMulNBitsV2(wiring.Component):
             "groups": In(unsigned(COUNT_WIDTH)),
             "bias": In(1),
             "out_fmt": In(unsigned(2)),
+            "fmode": In(1),
             "start": In(1),
             "busy": Out(1),
             "a": In(stream.Signature(unsigned(32))),
@@ -152,18 +168,20 @@ class MatMulNBitsV2(wiring.Component):
         ``issue``: the quantiser's ``busy`` low to the first weight step; ``to_lane``: a
         step's issue to its MAC beat (the activation word read and registered), plus the
         block sums' register (where the block's activation scale and sum join them), without
-        the MAC latency (the lanes' latency counts their input skid); ``bank``: a lane
-        result to its bank being readable;
+        the MAC latency; ``lane``: a term's hand-off to its result offered (the terms'
+        register, then the lane's latency); ``bank``: a lane result to its bank being
+        readable;
         ``out``: a bank word taken to its ``y`` beat (the bank's registered read, the
         float16 / bfloat16 rounding of :class:`~qaccel.rtl.fp32_narrow.Fp32Narrow` and the
         ``y`` FIFO);
         ``next_tile``: a tile's last bank word taken to the next tile's quantiser start;
-        ``done``: the last ``y`` beat to ``busy`` low; and the units' ``mac``, ``lane``,
+        ``done``: the last ``y`` beat to ``busy`` low; and the units' ``mac`` and
         ``recurrence`` and the row quantiser's ``quantizer`` latency."""
         return {"start": 3, "issue": 2, "to_lane": 3, "bank": 1,
                 "out": _BANK_READ_LATENCY + _OUT_ROUND_LATENCY + 2,
                 "next_tile": 4,
-                "done": 1, "mac": self._mac.latency, "lane": self._lanes[0].latency,
+                "done": 1, "mac": self._mac.latency,
+                "lane": _TERM_REG + self._lanes[0].latency,
                 "recurrence": self._lanes[0].recurrence, "quantizer": self._rq.latency}
 
     @property
@@ -205,9 +223,13 @@ class MatMulNBitsV2(wiring.Component):
         steps_r = Signal(CW)                # weight steps per row (padded to whole blocks)
         wide = Signal()
         two = Signal()                      # 2-bit weights: two steps per word
-        rows_r = Signal(range(T + 1))       # rows of the current tile
+        rows_r = Signal(range(T + 1))       # rows of the current tile (digit rows in fmode)
+        out_rows = Signal(range(T + 1))     # its rows of A and y (rows_r / 4 in fmode)
         row0 = Signal(CW)                   # first row of the current tile
         last_tile = Signal()
+        # the float path (block floating point: four int8 digit rows per row of A), with
+        # ``config.float_path`` only
+        fmode = Signal() if cfg.float_path else Const(0, 1)
         out_groups = Signal(CW)             # groups whose MAC results are all attached
         read_groups = Signal(CW)            # groups whose outputs are all read out
         cols = Mux(wide, pe // 2, pe)
@@ -227,6 +249,8 @@ class MatMulNBitsV2(wiring.Component):
                                  bits_r.eq(self.bits), m_r.eq(self.m),
                                  groups_r.eq(self.groups), bias_r.eq(self.bias),
                                  out_fmt_r.eq(self.out_fmt), row0.eq(0)]
+                    if cfg.float_path:
+                        m.d.sync += fmode.eq(self.fmode)
                     m.next = "SIZE"
             with m.State("SIZE"):
                 kb = (k_r + bs_r - 1) >> log_bs
@@ -234,7 +258,10 @@ class MatMulNBitsV2(wiring.Component):
                 m.next = "TILE"
             with m.State("TILE"):
                 left = m_r - row0
-                m.d.sync += [rows_r.eq(Mux(left <= T, left, T)), last_tile.eq(left <= T)]
+                Ta = Mux(fmode, T // 4, T) if cfg.float_path else T   # rows of A per tile
+                act_rows = Mux(left <= Ta, left, Ta)
+                m.d.sync += [rows_r.eq(Mux(fmode, act_rows << 2, act_rows)),
+                             out_rows.eq(act_rows), last_tile.eq(left <= Ta)]
                 m.next = "LOAD_START"
             with m.State("LOAD_START"):
                 m.d.comb += load_go.eq(1)
@@ -248,7 +275,7 @@ class MatMulNBitsV2(wiring.Component):
             with m.State("COMPUTE"):
                 with m.If(~feeding & ~feed_go & (out_groups == groups_r)
                           & (read_groups == groups_r)):
-                    m.d.sync += row0.eq(row0 + rows_r)
+                    m.d.sync += row0.eq(row0 + out_rows)
                     m.next = "NEXT"
             with m.State("NEXT"):
                 with m.If(row0 < m_r):
@@ -265,39 +292,56 @@ class MatMulNBitsV2(wiring.Component):
         blkp = memory.Memory(shape=rq.blk.payload.shape(), depth=T * kb_max, init=[])
         m.submodules.act_mem, m.submodules.blk_mem = act, blkp
         act_w, blk_w = act.write_port(), blkp.write_port()
-        m.d.comb += [rq.k.eq(k_r), rq.block_size.eq(bs_r), rq.rows.eq(rows_r),
+        m.d.comb += [rq.k.eq(k_r), rq.block_size.eq(bs_r), rq.rows.eq(out_rows),
                      rq.start.eq(load_go),
+                     *([rq.fmode.eq(fmode)] if cfg.float_path else []),
                      rq.a.payload.eq(self.a.payload), rq.a.valid.eq(self.a.valid),
                      self.a.ready.eq(rq.a.ready)]
         pack = Signal(8 * simd)
         lane_i = Signal(range(simd))
         lrow = Signal(range(T + 1))
         lstep = Signal(log_steps + 1)
+        lbase = Signal(log_steps + 1)       # the block's first step (fmode: digit rows rewind)
+        qp = rq.q.payload
+        digit = qp.digit if cfg.float_path else Const(0, 2)
+
+        def act_row(row, dig):
+            """Memory row of row ``row`` of A (and its digit ``dig`` in fmode)."""
+            return Mux(fmode, Cat(dig, row), row) if cfg.float_path else row
         m.d.comb += rq.q.ready.eq(1)
         with m.If(rq.q.valid):
-            qa8 = rq.q.payload.qa.as_unsigned()
+            qa8 = qp.qa.as_unsigned()
             word = (pack >> 8) | (qa8 << (8 * simd - 8)) if simd > 1 else qa8
             m.d.sync += pack.eq(word)
             m.d.sync += lane_i.eq(Mux(lane_i == simd - 1, 0, lane_i + 1))
             with m.If(lane_i == simd - 1):
                 m.d.comb += [act_w.en.eq(1), act_w.data.eq(word),
-                             act_w.addr.eq((lrow << log_steps) | lstep)]
-                with m.If(rq.q.payload.row_last):
-                    m.d.sync += [lrow.eq(lrow + 1), lstep.eq(0)]
+                             act_w.addr.eq((act_row(lrow, digit) << log_steps) | lstep)]
+                with m.If(qp.row_last):
+                    m.d.sync += [lrow.eq(lrow + 1), lstep.eq(0), lbase.eq(0)]
+                with m.Elif(qp.block_last & fmode & (digit != 3)):
+                    m.d.sync += lstep.eq(lbase)
                 with m.Else():
                     m.d.sync += lstep.eq(lstep + 1)
+                    with m.If(qp.block_last):
+                        m.d.sync += lbase.eq(lstep + 1)
         brow = Signal(range(T + 1))
         bblk = Signal(log_kb + 1)
+        bdig = Signal(2)                    # fmode: the digit of the next blk beat
         m.d.comb += rq.blk.ready.eq(1)
         with m.If(rq.blk.valid):
             m.d.comb += [blk_w.en.eq(1), blk_w.data.eq(rq.blk.payload),
-                         blk_w.addr.eq((brow << log_kb) | bblk)]
-            with m.If(bblk == kb_r - 1):
-                m.d.sync += [bblk.eq(0), brow.eq(brow + 1)]
-            with m.Else():
-                m.d.sync += bblk.eq(bblk + 1)
+                         blk_w.addr.eq((act_row(brow, bdig) << log_kb) | bblk)]
+            if cfg.float_path:
+                m.d.sync += bdig.eq(Mux(fmode, bdig + 1, 0))
+            with m.If(~fmode | (bdig == 3)):           # the block's last (or only) beat
+                with m.If(bblk == kb_r - 1):
+                    m.d.sync += [bblk.eq(0), brow.eq(brow + 1)]
+                with m.Else():
+                    m.d.sync += bblk.eq(bblk + 1)
         with m.If(load_go):
-            m.d.sync += [lane_i.eq(0), lrow.eq(0), lstep.eq(0), brow.eq(0), bblk.eq(0)]
+            m.d.sync += [lane_i.eq(0), lrow.eq(0), lstep.eq(0), lbase.eq(0), brow.eq(0),
+                         bblk.eq(0), bdig.eq(0)]
 
         # -- weight steps into the MAC array, the tile's rows taking turns ----------------------
         # (every compare of a counter with its end is a register, set when the counter moves)
@@ -371,13 +415,23 @@ class MatMulNBitsV2(wiring.Component):
         go = Signal()
         h_move = ~head_valid | (go & j_last)
         accept = mac.o.valid & h_move
+        # the next result's accumulator row (its row of A) and whether its terms open or close
+        # the accumulators: in fmode its digit rows share one, opened by digit 0, closed by 3
+        if cfg.float_path:
+            o_arow = Mux(fmode, orow >> 2, orow)
+            o_first = (ob == 0) & (~fmode | (orow[:2] == 0))
+            o_last = ob_last & (~fmode | (orow[:2] == 3))
+        else:
+            o_arow, o_first, o_last = orow, ob == 0, ob_last
         m.d.comb += [mac.o.ready.eq(h_move),
                      blk_r.addr.eq((orow << log_kb) | ob[:log_kb]), blk_r.en.eq(h_move)]
         with m.If(h_move):
+            # (the result's row and block from the hand-off's counters, which follow the MAC
+            # array's order, rather than from its block RAM FIFO's slow output)
             m.d.sync += [head_valid.eq(mac.o.valid), head_isum.eq(mac.o.payload.isum),
-                         head_row.eq(mac.o.payload.row), head_first.eq(ob == 0),
-                         head_last.eq(ob_last), need_s.eq(mac.o.payload.row == 0),
-                         need_b.eq(bias_r & (ob == 0) & (mac.o.payload.row == 0))]
+                         head_row.eq(o_arow), head_first.eq(o_first),
+                         head_last.eq(o_last), need_s.eq(orow == 0),
+                         need_b.eq(bias_r & (ob == 0) & (orow == 0))]
         head_blk = data.View(rq.blk.payload.shape(), blk_r.data)
         with m.If(accept):
             with m.If(orow_last):
@@ -393,15 +447,37 @@ class MatMulNBitsV2(wiring.Component):
                          ob_last.eq(kb_r == 1), orow_last.eq(rows_r == 1)]
 
         # -- the lanes: each MAC result as J terms per lane, in lock step -----------------------
-        # (the lanes' ready is a register: their input skid is not full)
+        # A term goes when it can (its scale and bias beats are there) and the admission
+        # allows it: a register, decided a cycle ahead for the term offered next.
+        def term_addr(row, jj):
+            jj = Const(jj, len(j)) if isinstance(jj, int) else jj[:len(j)]
+            return Cat(jj, row) if J & (J - 1) == 0 else row * J + jj
+        m.submodules.admission = adm = LaneAdmission.for_lane(self._lanes[0])
         valid_all = head_valid & (~need_s | self.s.valid) & (~need_b | self.b.valid)
         terms = data.ArrayLayout(self._lanes[0].i.payload.shape(), F)
         term_in = Signal(terms)
-        m.d.comb += [go.eq(valid_all & self._lanes[0].i.ready),
+        # the terms registered beside the hand-off: the lanes' inputs come from registers
+        # (their J-way multiplexers and the lanes are far apart on the chip)
+        term_r = Signal(terms, reset_less=True)
+        term_v = Signal()
+        m.d.sync += [term_r.eq(term_in), term_v.eq(go)]
+        m.d.comb += [go.eq(valid_all & adm.ok),
                      self.s.ready.eq(go & need_s), self.b.ready.eq(go & need_b)]
         with m.If(go):
             m.d.sync += [j.eq(Mux(j_last, 0, j + 1)),
                          j_last.eq(Mux(j_last, J == 1, j == J - 2))]
+        # the term offered next: if none goes now, this one (or, with no head, the next
+        # result's first); if this one goes, the head's next term or the next result's first
+        # (its row from the hand-off's own counter, not from the MAC array's block RAM FIFO)
+        first_of_next = (mac.o.valid, term_addr(o_arow, 0), o_first, o_last)
+        this_term = (1, term_addr(head_row, j), head_first, head_last)
+        next_term = (1, term_addr(head_row, j + 1), head_first, head_last)
+        for cand, sel, a, b in ((adm.stay, head_valid, this_term, first_of_next),
+                                (adm.advance, j_last, first_of_next, next_term)):
+            m.d.comb += [field.eq(Mux(sel, x, y)) for field, x, y in zip(
+                (cand.valid, cand.addr, cand.first, cand.last), a, b, strict=True)]
+        m.d.comb += [adm.take.eq(go), adm.beat.addr.eq(term_addr(head_row, j)),
+                     adm.beat.last.eq(head_last)]
         pairs = wide_columns(pe, F)
         replay_layout = data.StructLayout({"scale": unsigned(32), "zp": unsigned(8),
                                            "bias": unsigned(32)})
@@ -440,8 +516,8 @@ class MatMulNBitsV2(wiring.Component):
                          li.sb.eq(cur.scale), li.zp.eq(cur.zp),
                          li.bias.eq(Mux(bias_r, cur.bias, 0)),
                          li.first.eq(head_first), li.last.eq(head_last),
-                         li.addr.eq(head_row * J + j),
-                         lane.i.payload.eq(term_in[f]), lane.i.valid.eq(valid_all)]
+                         li.addr.eq(term_addr(head_row, j)),
+                         lane.i.payload.eq(term_r[f]), lane.i.valid.eq(term_v)]
 
         # -- lane outputs into two banks; the y path reads a full bank row by row ---------------
         depth = 1 << _log2(T * J)
@@ -456,13 +532,14 @@ class MatMulNBitsV2(wiring.Component):
         wcount = Signal(range(T * J + 1))
         out_valid = self._lanes[0].o.valid
         out_take = out_valid & ~full.bit_select(wb, 1)
+        m.d.comb += adm.release.eq(out_take)
         for f, lane in enumerate(self._lanes):
             wp = banks[f][0]
             m.d.comb += [lane.o.ready.eq(~full.bit_select(wb, 1)), wp.en.eq(out_take),
                          wp.addr.eq((wb << _log2(depth)) | lane.o.payload.addr),
                          wp.data.eq(lane.o.payload.y)]
         with m.If(out_take):
-            with m.If(wcount == rows_r * J - 1):
+            with m.If(wcount == out_rows * J - 1):
                 m.d.sync += [wcount.eq(0), wb.eq(~wb)]
                 m.d.sync += full.bit_select(wb, 1).eq(1)
             with m.Else():
@@ -482,12 +559,12 @@ class MatMulNBitsV2(wiring.Component):
         for f in range(F):
             m.d.comb += banks[f][1].addr.eq((rb << _log2(depth)) | (rr_row * J + rr_j))
         col_last = (rr_j * F + rr_f) == cols - 1
-        bank_last = col_last & (rr_row == rows_r - 1)
+        bank_last = col_last & (rr_row == out_rows - 1)
         job_last = bank_last & last_tile & (read_groups == groups_r - 1)
         with m.If(take):
             with m.If(col_last):
                 m.d.sync += [rr_f.eq(0), rr_j.eq(0)]
-                with m.If(rr_row == rows_r - 1):
+                with m.If(rr_row == out_rows - 1):
                     m.d.sync += [rr_row.eq(0), rb.eq(~rb), read_groups.eq(read_groups + 1)]
                     m.d.sync += full.bit_select(rb, 1).eq(0)
                 with m.Else():

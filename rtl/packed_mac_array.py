@@ -12,11 +12,12 @@ from amaranth.hdl import (
     signed,
     unsigned,
 )
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.validate import check_bool, check_int, check_int_choice
+from qaccel.rtl.block_fifo import BlockFifo
 from qaccel.rtl.ecp5 import registered_product
 from qaccel.rtl.mac_array import signed_width
 
@@ -100,7 +101,7 @@ class PackedMacArray(wiring.Component):
     word is read, added to the step's sums and written back in the same cycle, so a row's
     next step may follow in the very next cycle. ``rows = 16`` needs 17 words: a second RAM
     bank and a multiplexer in that loop. On ``last`` the sums are registered and written
-    as they are into the output FIFO, which has an output register.
+    as they are into the output FIFO (:class:`~qaccel.rtl.block_fifo.BlockFifo`, block RAM).
 
     DSP mapping: each DSP slot is :func:`qaccel.rtl.ecp5.registered_product`. With
     ``ecp5=False`` (default) the packed product is a ``*`` between two registers, which
@@ -326,8 +327,8 @@ class PackedMacArray(wiring.Component):
         P, S, R = self._pe, self._simd, self._rows
         i, o = self.i, self.o
         depth = self._fifo_depth
-        m.submodules.fifo = out_fifo = fifo.SyncFIFOBuffered(
-            width=o.payload.shape().size, depth=depth)
+        m.submodules.fifo = out_fifo = BlockFifo(width=o.payload.shape().size, depth=depth,
+                                                 ecp5=self._ecp5)
 
         # -- admission within the credit -------------------------------------------------------
         reserved = Signal(range(depth + 1))     # blocks whose last beat is in, o not yet out

@@ -1,5 +1,7 @@
 """MatMulNBits v2 activation quantiser: float32 rows, one element per cycle, to int8 blocks with a
-float32 scale and the block's integer sum, as :func:`qaccel.model.nbits_kernels.quantize_a`."""
+float32 scale and the block's integer sum, as :func:`qaccel.model.nbits_kernels.quantize_a`; or
+(``bfp=True``, ``fmode`` jobs) to block floating point in four int8 digit passes per block, as
+:func:`qaccel.model.nbits_hw.float_operands`."""
 
 from __future__ import annotations
 
@@ -38,6 +40,11 @@ _FIFO_LATENCY = 2             # SyncFIFOBuffered: written in cycle c, offered in
 # a transfer completing a block (cycle t) -> the reader's first fire of the block: W1, W2
 # (the amax queue written in t + 1, popped in t + 2), load and steps, two rounding stages
 _SCALE_LATENCY = 1 + 1 + _DIV_PERIOD + 2
+# block floating point: W1, W2 (the pop in t + 2), the pop's registers, stage 1, stage 2
+# writing the scale entry (t + 4): no divider
+_BFP_SCALE_LATENCY = 1 + 1 + 1 + 1 + 1
+_BFP_EMIN = 30                # E_MIN + 127: the smallest biased block exponent
+_BFP_OFFSET = 0x808080        # X + this: the balanced base-256 digits as bytes
 
 
 class RowQuantizer(wiring.Component):
@@ -75,8 +82,8 @@ class RowQuantizer(wiring.Component):
 
     Registers: ``block_size`` a power of two, 16 .. ``max_block`` (any other value acts as
     ``max_block``); ``1 <= k < 2**22``, ``1 <= rows < 2**22``; ``k == 0`` or ``rows == 0`` is
-    an empty job (no beat, ``busy`` stays low). They must be valid at ``start`` and hold while
-    ``busy``.
+    an empty job (no beat, ``busy`` stays low); ``fmode`` (with ``bfp``). They must be valid
+    at ``start`` and hold while ``busy``.
 
     Rate: one element per cycle on ``a`` and on ``q``: in the steady state a block costs
     :meth:`cycles_per_block` cycles, ``max(block_size, 15)`` (the dividers take 15 cycles per
@@ -86,6 +93,24 @@ class RowQuantizer(wiring.Component):
     :attr:`latency` cycles (32) after the ``a`` transfer completing the block, i.e.
     ``block_size - 1 + latency`` after its first ``a`` transfer, when nothing stalls and the
     reader is not still busy with earlier blocks.
+
+    Block floating point (``bfp=True``; a job with the ``fmode`` register set), the float
+    path of docs/matmul_nbits_v2.md (section 2), bit-exact with
+    :func:`qaccel.model.nbits_hw.float_operands`: per row and block, ``e = floor(log2(max
+    finite |a|))`` clamped below at -97 (zeros, subnormals only or no finite element: -97),
+    ``X = trunc(a * 2**(29 - e))`` (0 for inf and NaN; ``|X| < 2**30``) as four balanced
+    base-256 digits ``X = x0 + 2**8 x1 + 2**16 x2 + 2**24 x3`` (``x0..x2`` in [-128, 127],
+    ``x3`` in [-64, 64]), digit scales ``sa_i = 2**(e - 29 + 8 i)`` (normal float32 codes;
+    all four ``0x7FC00000``, NaN, if the block holds an inf or a NaN) and ``asum_i = sum of
+    the block's x_i``. Per row and block, four passes ``i = 0..3`` each give the block's
+    ``block_size`` ``q`` beats (``qa = x_i``, ``digit = i``, ``block_last`` on the pass's last
+    beat, ``row_last`` only on the row's last block's pass 3) and one ``blk`` beat (``sa_i``,
+    ``asum_i``), with the same ``q`` / ``blk`` order as above per pass. Int8 jobs run as
+    above on the same unit (``digit = 0``). Rate: one ``q`` beat per cycle, so a block costs
+    ``4 * block_size`` cycles (:meth:`cycles_per_block` with ``bfp``) and ``a`` takes a
+    quarter of an element per cycle on average (it waits once the ring is full); latency
+    :attr:`bfp_latency` (18) instead of 32, and from the first block on ``q`` runs back to
+    back (:meth:`job_cycles`).
 
     Mechanism. Accepted elements are written to a ring buffer (one
     :class:`~amaranth.lib.memory.Memory` of :attr:`ring_depth` float32: two largest blocks,
@@ -106,7 +131,18 @@ class RowQuantizer(wiring.Component):
     rounding to float32 (24 bits, RNE), a right shift by 17..24 places to the integer with a
     round and a sticky bit, RNE, the sign. The results enter a :attr:`out_depth`-beat FIFO
     with credit flow control (back-pressure loses nothing); ``asum`` is accumulated as ``q``
-    beats are transferred.
+    beats are transferred. Block floating point shares the ring, the writer (its running
+    maximum skips inf and NaN, flagged beside it in the queue), the queue, the scale entries
+    and the rounding's last stage (the pop loads its first stage with ``E = max(biased
+    exponent, 30)`` and ``sa_0``'s field instead of dividing), the reader (it rewinds to the
+    block's start for passes 1..3; the ring frees an element on pass 3), the lane's control,
+    its significand product used as a shifter (``M`` times ``2**(23 - d)``, or ``2**(31 -
+    d)`` for ``d > 23``, instead of ``inv``'s significand, with ``d = E - exp`` and 0 for
+    ``X = 0``: ``|X| = floor(M * 2**(6 - d))`` is the product from bit 17 or 25 up), the
+    FIFO and ``asum``; it adds ``Y = X + 0x808080`` (32 bits: byte ``i`` is ``x_i + 128``
+    for ``i < 3``, the top byte ``x3``) and the pass's byte into the lane's last stage, and
+    ``sa_i`` at the ``blk`` beat as ``sa_0`` plus ``i`` in its exponent's top five bits.
+    With ``bfp=False`` none of this exists.
 
     Parameters
     ----------
@@ -121,12 +157,14 @@ class RowQuantizer(wiring.Component):
         the path from the RAM's slow clock-to-out, 5.8 ns in nextpnr's model: 119 -> 132
         MHz), and the product's three MULT18X18Ds as instances with their input and output
         registers.
+    bfp : :class:`bool`
+        Add the block-floating-point mode (the ``fmode`` register; default False).
 
     Raises
     ------
     :exc:`TypeError`, :exc:`ValueError`
-        If ``max_block`` is not an integer or not one of :data:`MAX_BLOCKS`, or
-        ``ecp5`` not a bool or set with ``max_block > 256``.
+        If ``max_block`` is not an integer or not one of :data:`MAX_BLOCKS`, ``bfp`` not a
+        bool, or ``ecp5`` not a bool or set with ``max_block > 256``.
 
     Members
     -------
@@ -137,32 +175,40 @@ class RowQuantizer(wiring.Component):
     start : :py:`In(1)`
     a : :py:`In(stream.Signature(unsigned(32)))`
     q : :py:`Out(stream.Signature(StructLayout({"qa": signed(8), "block_last": 1,
-        "row_last": 1})))`
+        "row_last": 1, "digit": 2})))`
+        ``digit``: the pass (block floating point), 0 in int8 jobs.
     blk : :py:`Out(stream.Signature(StructLayout({"sa": unsigned(32),
         "asum": signed(log2(max_block) + 9)})))`
     busy : :py:`Out(1)`
+    fmode : :py:`In(1)`
+        Only with ``bfp=True``: a register like ``k``, 1 for a block-floating-point job.
     """
 
-    def __init__(self, *, max_block: int = 256, ecp5: bool = False):
+    def __init__(self, *, max_block: int = 256, ecp5: bool = False, bfp: bool = False):
         self._max_block = check_int_choice("max_block", max_block, MAX_BLOCKS)
         check_bool("ecp5", ecp5)
+        self._bfp = check_bool("bfp", bfp)
         if ecp5 and self.ring_depth > DP16KD_DEPTH:
             raise ValueError(f"ecp5 needs max_block <= 256 (the ring in one DP16KD), not "
                              f"{max_block}")
         self._ecp5 = ecp5
         self._asum_width = max_block.bit_length() - 1 + 9
-        super().__init__({
+        members = {
             "block_size": In(unsigned(16)),
             "k": In(unsigned(K_WIDTH)),
             "rows": In(unsigned(K_WIDTH)),
             "start": In(1),
             "a": In(stream.Signature(unsigned(32))),
             "q": Out(stream.Signature(data.StructLayout({
-                "qa": signed(8), "block_last": unsigned(1), "row_last": unsigned(1)}))),
+                "qa": signed(8), "block_last": unsigned(1), "row_last": unsigned(1),
+                "digit": unsigned(2)}))),
             "blk": Out(stream.Signature(data.StructLayout({
                 "sa": unsigned(32), "asum": signed(self._asum_width)}))),
             "busy": Out(1),
-        })
+        }
+        if bfp:
+            members["fmode"] = In(1)
+        super().__init__(members)
 
     # -- contract ------------------------------------------------------------------------------
 
@@ -212,34 +258,57 @@ class RowQuantizer(wiring.Component):
         being offered, without stalls (32)."""
         return _SCALE_LATENCY + _LANE_LATENCY + _FIFO_LATENCY
 
-    def cycles_per_block(self, block_size: int) -> int:
-        """Steady-state cycles per block for a legal ``block_size`` (no pauses, ``k`` a
-        multiple of it): ``max(block_size, 15)``, i.e. ``block_size``."""
+    @property
+    def bfp(self) -> bool:
+        """Whether the unit has the block-floating-point mode (the ``fmode`` register)."""
+        return self._bfp
+
+    @property
+    def bfp_latency(self) -> int:
+        """:attr:`latency` of a block-floating-point job (18: no divider)."""
+        return _BFP_SCALE_LATENCY + _LANE_LATENCY + _FIFO_LATENCY
+
+    def _block(self, block_size: int, bfp: bool) -> int:
+        """Check a job's ``block_size`` and ``bfp`` (TypeError / ValueError naming them)."""
         bs = check_int("block_size", block_size, 16, self._max_block)
         if bs & (bs - 1):
             raise ValueError(f"block_size must be a power of two, not {bs}")
-        return max(bs, _DIV_PERIOD)
+        if check_bool("bfp", bfp) and not self._bfp:
+            raise ValueError("bfp=True needs a unit built with bfp=True")
+        return bs
 
-    def job_cycles(self, k: int, rows: int, block_size: int) -> int:
-        """Cycles from the ``start`` pulse to the first cycle ``busy`` is low again, for a job
-        whose ``a`` beats never wait and whose outputs are taken at once: the padded rows at
-        one element slot per cycle from the cycle after ``start`` (a padding slot costs a
-        cycle like a real element), then the last block's :attr:`latency`, its
-        ``block_size`` ``q`` beats and its ``blk`` beat."""
-        return self.q_beats(k, rows, block_size) + self.latency + block_size + 1
+    def cycles_per_block(self, block_size: int, *, bfp: bool = False) -> int:
+        """Steady-state cycles per block for a legal ``block_size`` (no pauses, ``k`` a
+        multiple of it): ``max(block_size, 15)``, i.e. ``block_size``; ``4 * block_size``
+        with ``bfp`` (one ``q`` beat per cycle, four digit passes per block)."""
+        bs = self._block(block_size, bfp)
+        return 4 * bs if bfp else max(bs, _DIV_PERIOD)
 
-    def q_beats(self, k: int, rows: int, block_size: int) -> int:
-        """Return the ``q`` beats of a job: ``rows * ceil(k / block_size) * block_size``."""
+    def job_cycles(self, k: int, rows: int, block_size: int, *, bfp: bool = False) -> int:
+        """Cycles from the ``start`` pulse to the first cycle ``busy`` is low again, for a
+        non-empty job whose ``a`` beats never wait and whose outputs are taken at once: the
+        padded rows at one element slot per cycle from the cycle after ``start`` (a padding
+        slot costs a cycle like a real element), then the last block's :attr:`latency`, its
+        ``block_size`` ``q`` beats and its ``blk`` beat. With ``bfp`` the ``q`` side sets the
+        pace from the first block on: its ``min(k, block_size)`` ``a`` beats, then
+        :attr:`bfp_latency`, every ``q`` beat back to back and the last ``blk`` beat."""
+        q = self.q_beats(k, rows, block_size, bfp=bfp)
+        if bfp:
+            return min(k, block_size) + self.bfp_latency + q + 1
+        return q + self.latency + block_size + 1
+
+    def q_beats(self, k: int, rows: int, block_size: int, *, bfp: bool = False) -> int:
+        """Return the ``q`` beats of a job: ``rows * ceil(k / block_size) * block_size``,
+        four times that with ``bfp``."""
         k = check_int("k", k, 0, (1 << K_WIDTH) - 1)
         rows = check_int("rows", rows, 0, (1 << K_WIDTH) - 1)
-        bs = check_int("block_size", block_size, 16, self._max_block)
-        if bs & (bs - 1):
-            raise ValueError(f"block_size must be a power of two, not {bs}")
-        return rows * -(-k // bs) * bs
+        bs = self._block(block_size, bfp)
+        return rows * -(-k // bs) * bs * (4 if bfp else 1)
 
-    def blk_beats(self, k: int, rows: int, block_size: int) -> int:
-        """Return the ``blk`` beats of a job: ``rows * ceil(k / block_size)``."""
-        return self.q_beats(k, rows, block_size) // block_size
+    def blk_beats(self, k: int, rows: int, block_size: int, *, bfp: bool = False) -> int:
+        """Return the ``blk`` beats of a job: ``rows * ceil(k / block_size)``, four times
+        that with ``bfp``."""
+        return self.q_beats(k, rows, block_size, bfp=bfp) // block_size
 
     # -- hardware ------------------------------------------------------------------------------
 
@@ -265,6 +334,11 @@ class RowQuantizer(wiring.Component):
         job_ok = (self.k != 0) & (self.rows != 0)
         with m.If(go):
             m.d.sync += bs_m1.eq(bs_in)
+        bfp = self._bfp
+        if bfp:
+            fm = Signal()                                  # the job is block floating point
+            with m.If(go):
+                m.d.sync += fm.eq(self.fmode)
 
         # -- ring buffer -------------------------------------------------------------------------
         if self._ecp5:
@@ -319,12 +393,29 @@ class RowQuantizer(wiring.Component):
         take = w1_nan | (~acc_nan & (w1_mag >= acc))       # quantize_a: v > amax or isnan(v)
         new = Signal(31)
         new_nan = Signal()
+        if bfp:
+            # block floating point: the largest finite magnitude (its exponent is the block's;
+            # an inf or a NaN counts as 0, w1_nan stays low) and whether the block holds an inf
+            # or a NaN (acc_nf), queued beside it
+            w1_skip = Signal(reset_less=True)
+            acc_nf = Signal()
+            a_nf = a.payload[23:31] == 0xFF
+            m.d.sync += [w1_nan.eq(~fm & (a.payload[:31] > _F32_INF)), w1_skip.eq(fm & a_nf)]
+            with m.If(fm & a_nf):
+                m.d.sync += w1_mag.eq(0)
+            with m.If(w1_valid):
+                m.d.sync += acc_nf.eq(~w1_end & (acc_nf | w1_skip))
         m.d.comb += [new.eq(Mux(take, w1_mag, acc)), new_nan.eq(Mux(take, w1_nan, acc_nan))]
         with m.If(w1_valid):
             m.d.sync += [acc.eq(Mux(w1_end, 0, new)), acc_nan.eq(~w1_end & new_nan)]
 
-        m.submodules.amax_q = amax_q = fifo.SyncFIFO(width=31, depth=_AMAX_DEPTH)
-        m.d.comb += [amax_q.w_data.eq(new), amax_q.w_en.eq(w1_valid & w1_end)]
+        m.submodules.amax_q = amax_q = fifo.SyncFIFO(width=32 if bfp else 31,
+                                                     depth=_AMAX_DEPTH)
+        if bfp:
+            m.d.comb += amax_q.w_data.eq(Cat(new, acc_nf | w1_skip))
+        else:
+            m.d.comb += amax_q.w_data.eq(new)
+        m.d.comb += amax_q.w_en.eq(w1_valid & w1_end)
 
         # -- dividers: sa = N * 2**9 / 127, inv = 127 * 2**43 / M, radix 4 --------------------
         # scale entries: written by the rounding stage, read by the reader (inv, kill) and
@@ -364,7 +455,7 @@ class RowQuantizer(wiring.Component):
                          r_i.eq(127 << 15), q_i.eq(0),
                          r_s.eq(pa_n[19:24]), q_s.eq(0),
                          ds.eq(Cat(Const(0, 9), pa_n[:19])),
-                         d_run.eq(1), d_cnt.eq(0), alloc.eq(alloc + 1)]
+                         d_run.eq(~fm if bfp else 1), d_cnt.eq(0), alloc.eq(alloc + 1)]
         d_m = Cat(d_amax[:23], 1)
         with m.If(d_run):
             # 127 * 2**43 / M: x = 4r < 4M, digit from three compares
@@ -440,6 +531,24 @@ class RowQuantizer(wiring.Component):
         n1_amax = Signal(31, reset_less=True)
         m.d.sync += [n1_kill.eq(p_kill), n1_nan.eq(p_nan), n1_inf.eq(p_inf),
                      n1_amax.eq(d_amax)]
+        if bfp:
+            # block floating point (no division): the cycle after the pop (b_fin) loads stage 1
+            # so that stage 2 writes, unchanged, E = max(bexp, 30) (the biased block exponent,
+            # e = E - 127; a zero or subnormal maximum gives 30) as inv's exponent (no
+            # increment) and sa_0 = 2**(E - 156) as sa's field (no significand, no rounding),
+            # or NaN (0x7F800000 made quiet) for a block holding an inf or a NaN; e_sig and
+            # e_kill unused
+            b_fin = Signal()
+            d_nf = Signal(reset_less=True)
+            d_e = Signal(8, reset_less=True)
+            m.d.sync += [b_fin.eq(pop & fm), n1_valid.eq(d_fin | b_fin)]
+            with m.If(pop):
+                m.d.sync += [d_nf.eq(pa[31]),
+                             d_e.eq(Mux(pa[23:31] < _BFP_EMIN, _BFP_EMIN, pa[23:31]))]
+            with m.If(fm):
+                m.d.sync += [n1_iinc.eq(0), n1_iexp.eq(d_e), n1_ssig.eq(0), n1_srb.eq(0),
+                             n1_sfield.eq(d_e - 29), n1_nan.eq(d_nf), n1_inf.eq(0),
+                             n1_amax.eq(_F32_INF)]
 
         # -- rounding, stage 2: the scale entry -------------------------------------------------
         i_carry = n1_iones & n1_iinc
@@ -473,18 +582,43 @@ class RowQuantizer(wiring.Component):
         # r_rows == 1)
         r_block_last, r_data, r_le1, r_last_row = Signal(), Signal(), Signal(), Signal()
         r_row_last = Signal()
-        m.d.comb += r_row_last.eq(r_block_last & r_le1)
+        if bfp:
+            # block floating point: four passes over each block (digit r_dig), the read state
+            # at the block's start kept to rewind to
+            r_dig = Signal(2)
+            r_rew = Signal()                               # fm & (r_dig != 3)
+            r_left0 = Signal(K_WIDTH)
+            r_data0, r_le10 = Signal(), Signal()
+            rptr0 = Signal(range(R))
+            m.d.comb += r_row_last.eq(r_block_last & r_le1 & ~r_rew)
+        else:
+            m.d.comb += r_row_last.eq(r_block_last & r_le1)
         m.d.comb += rd.addr.eq(rptr)                       # en stays 1: no logic after
+        k_le1 = k_r <= 1
+        if bfp:
+            k_le1 = Signal()                               # k <= 1, a register
+            with m.If(go):
+                m.d.sync += k_le1.eq(self.k <= 1)
         with m.If(fire):
+            n_left = Mux(r_row_last, k_r, Mux(r_data, r_left - 1, 0))
+            n_data = Mux(r_row_last, k_r != 0, r_data & ~r_le1)
+            n_le1 = Mux(r_row_last, k_le1, ~r_data | (r_left <= 2))
             m.d.sync += [r_pos.eq(Mux(r_block_last, 0, r_pos + 1)),
                          r_block_last.eq(~r_block_last & (r_pos == bs_m1 - 1)),
-                         r_left.eq(Mux(r_row_last, k_r, Mux(r_data, r_left - 1, 0))),
-                         r_data.eq(Mux(r_row_last, k_r != 0, r_data & ~r_le1)),
-                         r_le1.eq(Mux(r_row_last, k_r <= 1, ~r_data | (r_left <= 2)))]
+                         r_left.eq(n_left), r_data.eq(n_data), r_le1.eq(n_le1)]
             with m.If(r_data):
                 m.d.sync += rptr.eq(rptr + 1)
-            with m.If(r_block_last):
-                m.d.sync += r_idx.eq(r_idx + 1)
+            if bfp:
+                with m.If(r_block_last & r_rew):           # the block again, next digit
+                    m.d.sync += [r_left.eq(r_left0), r_data.eq(r_data0), r_le1.eq(r_le10),
+                                 rptr.eq(rptr0), r_dig.eq(r_dig + 1), r_rew.eq(r_dig != 2)]
+                with m.Elif(r_block_last):
+                    m.d.sync += [r_left0.eq(n_left), r_data0.eq(n_data), r_le10.eq(n_le1),
+                                 rptr0.eq(rptr + r_data), r_idx.eq(r_idx + 1), r_dig.eq(0),
+                                 r_rew.eq(fm)]
+            else:
+                with m.If(r_block_last):
+                    m.d.sync += r_idx.eq(r_idx + 1)
             with m.If(r_row_last):
                 m.d.sync += [r_rows.eq(r_rows - 1), r_last_row.eq(r_rows == 2)]
                 with m.If(r_last_row):
@@ -494,17 +628,26 @@ class RowQuantizer(wiring.Component):
                          r_rows.eq(self.rows), r_block_last.eq(0),
                          r_data.eq(self.k != 0), r_le1.eq(self.k <= 1),
                          r_last_row.eq(self.rows == 1)]
-        m.d.sync += used.eq(used + accept - (fire & r_data))
+            if bfp:
+                m.d.sync += [r_dig.eq(0), r_rew.eq(self.fmode), r_left0.eq(self.k),
+                             r_data0.eq(self.k != 0), r_le10.eq(self.k <= 1)]
+        if bfp:                                            # freed by the last pass
+            m.d.sync += used.eq(used + accept - (fire & r_data & ~r_rew))
+        else:
+            m.d.sync += used.eq(used + accept - (fire & r_data))
 
         # -- lane: c0 fire, c1 read data, c2 unpack, c3 products, c4 partial sums, c5 product,
         # c6 float32 rounding, c7 low sticky, c8 shift to the integer, c9 RNE and sign,
         # c10 FIFO write ------------------------------------------------------------------------
-        meta_layout = data.StructLayout({
-            "pad": unsigned(1), "block_last": unsigned(1), "row_last": unsigned(1),
-            "idx": unsigned(SW - 1)})
-        meta = Signal(meta_layout)
+        meta_fields = {"pad": unsigned(1), "block_last": unsigned(1), "row_last": unsigned(1),
+                       "idx": unsigned(SW - 1)}
+        if bfp:
+            meta_fields["digit"] = unsigned(2)
+        meta = Signal(data.StructLayout(meta_fields))
         m.d.comb += [meta.pad.eq(~r_data), meta.block_last.eq(r_block_last),
                      meta.row_last.eq(r_row_last), meta.idx.eq(r_idx[:SW - 1])]
+        if bfp:
+            m.d.comb += meta.digit.eq(r_dig)
         valid = Signal(_LANE_LATENCY)
         m.d.sync += valid.eq(Cat(fire, valid[:-1]))
         meta_d = [meta]
@@ -531,8 +674,33 @@ class RowQuantizer(wiring.Component):
                      c2_iexp.eq(Array(e_exp)[idx2])]
         # c2 .. c4: the significand product (c2 its operand registers, inside the
         # MULT18X18Ds with ecp5), in two parts: c4_outer + (c4_mid << 18)
-        c4_outer, c4_mid = product_24x24(m, (a_sig << lz)[:24],
-                                         Cat(Array(e_sig)[idx2], 1), ecp5=self._ecp5,
+        i_op = Cat(Array(e_sig)[idx2], 1)
+        if bfp:
+            # block floating point: |X| = floor(M * 2**(6 - d)), M a's 24-bit significand,
+            # d = E - exp (E the block's biased exponent, e_exp), on the same product: M times
+            # 2**u, u = 23 - d (d <= 23; |X| = P >> 17) or 2**(u + 8) (d = 24 .. 29, "big";
+            # P >> 25), times 0 for X = 0 (a zero, subnormal, inf or NaN, or d >= 30, i.e.
+            # 29 - d < 0). c1: 23 - E and 29 - E (from the entry a cycle ahead) and the ring
+            # word's first register give u and the power of two, 2**(u mod 32 mod 8) times
+            # 2**(8 * (u mod 32 // 8)) (the last 0 when big)
+            e_sel = Array(e_exp)[meta_d[1].idx]
+            b0_c23 = Signal(signed(9), reset_less=True)
+            b0_c29 = Signal(signed(9), reset_less=True)
+            m.d.sync += [b0_c23.eq(23 - e_sel), b0_c29.eq(29 - e_sel)]
+            x0_exp = x0r[23:31]
+            b_u = Signal(signed(10))
+            b_v = Signal(signed(10))
+            m.d.comb += [b_u.eq(x0_exp + b0_c23), b_v.eq(x0_exp + b0_c29)]
+            b_zero = (x0_exp == 0) | (x0_exp == 0xFF) | b_v[-1]
+            hi, lo = b_u[3:5], b_u[:3]
+            hi_sel = [(hi == 0) | (hi == 3), hi == 1, hi == 2]
+            b1_pow = Signal(24, reset_less=True)
+            b1_big = Signal(reset_less=True)
+            m.d.sync += [b1_pow.eq(Cat(*(~b_zero & hi_sel[j >> 3] & (lo == (j & 7))
+                                         for j in range(24)))),
+                         b1_big.eq(hi == 3)]
+            i_op = Mux(fm, b1_pow, i_op)
+        c4_outer, c4_mid = product_24x24(m, (a_sig << lz)[:24], i_op, ecp5=self._ecp5,
                                          name="sig")
         # c3: the exponent: idx = e_p + 1 - [P >= 2**47]
         c3_c = Signal(signed(11), reset_less=True)
@@ -546,6 +714,20 @@ class RowQuantizer(wiring.Component):
         c5_c = delay(m, c3_c, 2, "c5_c")
         c5_sign = delay(m, c3_sign, 2, "c5_sign")
         c5_zero = delay(m, c3_zero, 2, "c5_zero")
+        if bfp:
+            # c6: Y = X + 0x808080 (32 bits), whose bytes are the balanced digits: x_i =
+            # Y[8i:8i+8] - 128 (i < 3), x_3 = Y[24:32] (signed); the pass's byte
+            b5_big = delay(m, b1_big, 4, "b5_big")
+            b_x = Mux(b5_big, c5_p[25:47], c5_p[17:47])
+            b_y = Signal(32)
+            m.d.comb += b_y.eq((Cat(b_x, Const(0, 2)) ^ c5_sign.replicate(32))
+                               + (Const(_BFP_OFFSET, 32) | c5_sign))
+            b6_x = Signal(8, reset_less=True)
+            with m.Switch(meta_d[7].digit):
+                for i in range(4):
+                    with m.Case(i):
+                        m.d.sync += b6_x.eq(b_y[8 * i:8 * i + 8] ^ (0x80 if i < 3 else 0))
+            b8_x = delay(m, b6_x, 2, "b8_x")
         # c6: round to float32 (24 bits)
         p47 = c5_p[47]
         f_sig = Mux(p47, c5_p[24:48], c5_p[23:47])
@@ -583,20 +765,33 @@ class RowQuantizer(wiring.Component):
         meta9 = meta_d[10]
         kill9 = Array(e_kill)[meta9.idx]
         c9_qa = Signal(signed(8), reset_less=True)
-        m.d.sync += c9_qa.eq(Mux(c8_zero | kill9 | meta9.pad, 0, sq))
+        if bfp:
+            m.d.sync += c9_qa.eq(Mux(meta9.pad | (~fm & (c8_zero | kill9)), 0,
+                                     Mux(fm, b8_x, sq)))
+        else:
+            m.d.sync += c9_qa.eq(Mux(c8_zero | kill9 | meta9.pad, 0, sq))
         meta10 = meta_d[11]
 
         # -- q FIFO --------------------------------------------------------------------------------
-        result = Signal(q.payload.shape())
+        beat_fields = {"qa": signed(8), "block_last": unsigned(1), "row_last": unsigned(1)}
+        if bfp:
+            beat_fields["digit"] = unsigned(2)
+        beat_layout = data.StructLayout(beat_fields)
+        result = Signal(beat_layout)
         m.d.comb += [result.qa.eq(c9_qa), result.block_last.eq(meta10.block_last),
                      result.row_last.eq(meta10.row_last)]
+        if bfp:
+            m.d.comb += result.digit.eq(meta10.digit)
         m.submodules.out = out = fifo.SyncFIFOBuffered(width=result.shape().size,
                                                        depth=_OUT_DEPTH)
         m.d.comb += [out.w_data.eq(result), out.w_en.eq(valid[_LANE_LATENCY - 1])]
-        head = data.View(q.payload.shape(), out.r_data)
-        m.d.comb += [q.payload.eq(head),
+        head = data.View(beat_layout, out.r_data)
+        m.d.comb += [q.payload.qa.eq(head.qa), q.payload.block_last.eq(head.block_last),
+                     q.payload.row_last.eq(head.row_last),
                      q.valid.eq(out.r_rdy & ~(head.block_last & blk.valid)),
                      out.r_en.eq(q.valid & q.ready)]
+        if bfp:
+            m.d.comb += q.payload.digit.eq(head.digit)
         q_done = q.valid & q.ready
         m.d.sync += reserved.eq(reserved + fire - q_done)
 
@@ -605,12 +800,25 @@ class RowQuantizer(wiring.Component):
         total = asum + head.qa
         with m.If(blk.valid & blk.ready):
             m.d.sync += blk.valid.eq(0)
+        if bfp:
+            # sa_i = 2**(E - 156 + 8 i): i added to the exponent's top five bits, not to NaN
+            # (all ones there; sa_0's are at most 28); the entry is freed by the last pass
+            # (int8 jobs have digit 0, one pass)
+            e_sa_r = Array(e_sa)[s_ret[:SW - 1]]
+            b_inc = Mux(e_sa_r[26:31].all(), 0, head.digit)
+            sa_out = Cat(e_sa_r[:26], (e_sa_r[26:31] + b_inc)[:5], e_sa_r[31])
+        else:
+            sa_out = Array(e_sa)[s_ret[:SW - 1]]
         with m.If(q_done):
             m.d.sync += asum.eq(Mux(head.block_last, 0, total))
             with m.If(head.block_last):
                 m.d.sync += [blk.valid.eq(1), blk.payload.asum.eq(total),
-                             blk.payload.sa.eq(Array(e_sa)[s_ret[:SW - 1]]),
-                             s_ret.eq(s_ret + 1)]
+                             blk.payload.sa.eq(sa_out)]
+                if bfp:
+                    with m.If(~fm | (head.digit == 3)):
+                        m.d.sync += s_ret.eq(s_ret + 1)
+                else:
+                    m.d.sync += s_ret.eq(s_ret + 1)
 
         m.d.comb += busy.eq(w_run | r_run | (reserved != 0) | blk.valid)
         return m

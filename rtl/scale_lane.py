@@ -4,11 +4,13 @@ to float32, accumulated in a memory of accumulators (docs/matmul_nbits_v2.md, se
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.validate import check_bool, check_int
+from qaccel.rtl.block_fifo import LATENCY as _FIFO_LATENCY
+from qaccel.rtl.block_fifo import BlockFifo
 from qaccel.rtl.fp32_add import Fp32Add
 from qaccel.rtl.fp32_mul import Fp32Mul
 from qaccel.rtl.pipeline import delay
@@ -33,11 +35,6 @@ def _add() -> wiring.Component:
     return Fp32Add()
 
 
-#: Cycles from ``w_en`` of :class:`amaranth.lib.fifo.SyncFIFOBuffered` to ``r_rdy`` (its
-#: inner memory's registered read, then its output register). Checked by the tests.
-_FIFO_LATENCY = 2
-#: Cycles from an input transfer to its admission at the earliest (the skid's head register).
-_SKID_LATENCY = 1
 #: Delay lines at least this many bits x cycles, and at least 4 cycles long, run through a
 #: LUT RAM (one write and one read per cycle) instead of flip-flops.
 _RAM_DELAY_BITS = 128
@@ -91,12 +88,13 @@ class ScaleLane(wiring.Component):
     next beat of the same ``addr`` must have ``first`` set (the accumulator is not written);
     ``addr`` must be below ``depth``.
 
-    Input: a two-entry skid; ``i.ready`` is a register, low only while both entries are full.
-    The head entry is admitted into the pipeline in the cycle after its transfer at the
-    earliest, when the scoreboard and the credit below allow it; that check is made one cycle
-    ahead and registered.
+    Input: no flow control (``i.ready`` is always high): every transferred beat is admitted
+    into the pipeline, which never stalls. The feeder keeps the two rules below with a
+    :class:`~qaccel.rtl.lane_admission.LaneAdmission` (``LaneAdmission.for_lane(lane)``),
+    which decides a cycle ahead and beside the feeder, so no lane signal lies on the
+    feeder's control paths.
 
-    Pipeline (cycles after the admission; ``Lm``, ``La`` the units' latencies, ``Lc`` the
+    Pipeline (cycles after the transfer; ``Lm``, ``La`` the units' latencies, ``Lc`` the
     conversion's, 9 for ``d`` of 17..32 bits): input register (1); ``sa * sb`` from cycle 1
     beside ``zp * asum`` (shift and add in LUTs), ``d``, ``f``; the second product from cycle
     ``1 + max(Lm, Lc)``; the accumulator is read (:attr:`read_latency` registers, then one
@@ -107,23 +105,19 @@ class ScaleLane(wiring.Component):
 
     Latency: :attr:`latency` cycles from the transfer of a ``last`` beat to its ``o`` beat
     being offered (no stalls): ``adder_cycle + La + 2`` (the FIFO's write and output
-    register); 29 for ``d`` of 17..32 bits (the skid 1, Fp32Mul 8, Fp32Add 8 cycles).
+    register); 28 for ``d`` of 17..32 bits (Fp32Mul 8, Fp32Add 8 cycles).
 
     Recurrence: :attr:`recurrence` ``= La + 1`` cycles (9 with Fp32Add): a beat that reads
-    ``acc[addr]`` (``first`` clear) is admitted only if no beat that writes the same
-    ``addr`` (``last`` clear) was admitted in the previous ``La`` cycles (a scoreboard of the
-    in-flight addresses); its read then sees that write-back through the forwarding. Beats
-    with ``first`` set never wait for it.
+    ``acc[addr]`` (``first`` clear) must come at least that many cycles after the last beat
+    that writes the same ``addr`` (``last`` clear); its read then sees that write-back
+    through the forwarding. Beats with ``first`` set never wait for it.
 
-    Throughput: one beat per cycle, sustained when beats of the same ``addr`` are at least
-    :attr:`recurrence` cycles apart (in admission order) and ``o`` takes its beats; a held
-    beat holds those behind it (in order), the skid taking two more.
-    Back-pressure on ``o`` never loses or duplicates a result: a ``last`` beat is admitted only
-    with room reserved in the output FIFO (:attr:`fifo_depth`, a power of two above
-    :attr:`latency`, so the credit never runs out while ``o.ready`` is high; a result leaving
-    on ``o`` frees its room a cycle later). A synchronous
-    reset drops everything in flight, the skid and the FIFO (the accumulator memory keeps its
-    contents, which ``first`` overwrites).
+    Output credit: at most :attr:`fifo_depth` results (a power of two above :attr:`latency`,
+    so the credit never runs out while ``o.ready`` is high) may be admitted and not yet
+    transferred on ``o``. Back-pressure on ``o`` then never loses or duplicates a result.
+
+    Throughput: one beat per cycle. A synchronous reset drops everything in flight and the
+    FIFO (the accumulator memory keeps its contents, which ``first`` overwrites).
 
     Resources (LFE5U-25F speed 6, :func:`qaccel.synth.synthesize`): see
     tests/rtl/test_scale_lane.py's ``synth`` tests for the measured figures. With the former
@@ -238,14 +232,14 @@ class ScaleLane(wiring.Component):
     @property
     def adder_cycle(self) -> int:
         """Cycles from the input transfer (no stall) to ``base`` and ``t`` at the adder's
-        inputs: the skid's cycle, then the pipeline's."""
-        return self._a_age + _SKID_LATENCY
+        inputs."""
+        return self._a_age
 
     @property
     def latency(self) -> int:
         """Cycles from the transfer of a ``last`` beat to its ``o`` beat offered (no
         stalls): :attr:`adder_cycle` ``+`` the adder's latency ``+ 2``."""
-        return self._y_age + _SKID_LATENCY + _FIFO_LATENCY
+        return self._y_age + _FIFO_LATENCY
 
     @property
     def recurrence(self) -> int:
@@ -282,13 +276,12 @@ class ScaleLane(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         i, o = self.i, self.o
-        La = self._adder.latency
         y_age, a_age = self._y_age, self._a_age
         m.submodules.mul_ab = mul1 = self._mul1
         m.submodules.mul_t = mul2 = self._mul2
         m.submodules.add = add = self._adder
-        m.submodules.fifo = out_fifo = fifo.SyncFIFOBuffered(
-            width=self._out_layout.size, depth=self._fifo_depth)
+        m.submodules.fifo = out_fifo = BlockFifo(width=self._out_layout.size,
+                                                 depth=self._fifo_depth, ecp5=self._ecp5)
 
         # -- control lines, by age (cycles since admission); index 0 is age 1 ------------------
         span = y_age
@@ -301,48 +294,10 @@ class ScaleLane(wiring.Component):
         def age(line, k):
             return line[k - 1]
 
-        # -- the input skid: two entries, ``i.ready`` a register --------------------------------
-        # The head beat is admitted when ``ok`` (a register) is set; ``ok`` is the scoreboard
-        # and credit check of the beat that heads the skid in the next cycle, made one cycle
-        # ahead against the control lines as they will be then, so no comparison lies between
-        # the admission and the registers it enables.
-        lay = self._in_layout
-        head, spare = Signal(lay, reset_less=True), Signal(lay, reset_less=True)
-        head_valid, spare_valid, ok = Signal(), Signal(), Signal()
-        take = Signal()
-        m.d.comb += [i.ready.eq(~spare_valid), take.eq(head_valid & ok)]
-        # the head's next contents: the spare if it holds a beat, else the input
-        with m.If(take | ~head_valid):
-            m.d.sync += [head.eq(Mux(spare_valid, spare, i.payload)),
-                         head_valid.eq(spare_valid | i.valid)]
-        with m.If(spare_valid):
-            with m.If(take):
-                m.d.sync += spare_valid.eq(0)
-        with m.Elif(head_valid & ~take & i.valid):
-            m.d.sync += [spare.eq(i.payload), spare_valid.eq(1)]
-        # the control fields of the next cycle's head, for the look-ahead check
-        cand = Signal(data.StructLayout({"addr": unsigned(self._addr_width),
-                                         "first": unsigned(1), "last": unsigned(1)}))
-        for name in ("addr", "first", "last"):
-            m.d.comb += getattr(cand, name).eq(
-                Mux(head_valid & ~take, getattr(head, name),
-                    Mux(spare_valid, getattr(spare, name), getattr(i.payload, name))))
-        p = head
-
-        # -- admission: the scoreboard and the credit, for ``cand`` in the next cycle ----------
-        # next cycle's age 1 is this cycle's admission, its ages 2..La this cycle's 1..La-1
-        hits = [take & ~p.last & (p.addr == cand.addr)]
-        hits += [age(valid, k) & ~age(last_l, k) & (addr_l[k - 1] == cand.addr)
-                 for k in range(1, La)]
-        # `reserved` counts the last beats admitted before the previous cycle and not yet
-        # transferred on o; the one admitted in the previous cycle is in the age-1 flags. A
-        # result leaving on o frees its room for the check a cycle later (o.ready is not in
-        # the look-ahead: it would be a long path into `ok`).
-        reserved = Signal(range(self._fifo_depth + 1))
-        done = o.valid & o.ready
-        reserve = valid[0] & last_l[0]
-        credit_next = reserved + reserve + (take & p.last) < self._fifo_depth
-        m.d.sync += ok.eq(~(~cand.first & Cat(*hits).any()) & (~cand.last | credit_next))
+        # -- admission: every transferred beat enters the pipeline (LaneAdmission decides) --
+        take = i.valid
+        p = i.payload
+        m.d.comb += i.ready.eq(1)
         m.d.sync += [valid.eq(Cat(take, valid[:-1])),
                      first_l.eq(Cat(p.first, first_l[:-1])),
                      last_l.eq(Cat(p.last, last_l[:-1])),
@@ -455,15 +410,11 @@ class ScaleLane(wiring.Component):
         m.d.sync += base.eq(Mux(age(first_l, a_age - 1), bias, Mux(hit0, add.y, fwd)))
         m.d.comb += [add.a.eq(base), add.b.eq(t)]
 
-        # -- results: the output FIFO and the credits -------------------------------------------
+        # -- results: the output FIFO ---------------------------------------------------------
         result = Signal(self._out_layout)
         m.d.comb += [result.y.eq(add.y), result.addr.eq(addr_l[y_age - 1]),
                      out_fifo.w_data.eq(result),
                      out_fifo.w_en.eq(age(valid, y_age) & age(last_l, y_age)),
                      o.payload.eq(out_fifo.r_data), o.valid.eq(out_fifo.r_rdy),
                      out_fifo.r_en.eq(o.ready)]
-        with m.If(reserve & ~done):
-            m.d.sync += reserved.eq(reserved + 1)
-        with m.Elif(done & ~reserve):
-            m.d.sync += reserved.eq(reserved - 1)
         return m

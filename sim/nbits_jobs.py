@@ -253,8 +253,15 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     """Return the v2 engine job computing ``matmul_nbits(...)`` (arguments as
     :func:`qaccel.model.nbits.matmul_nbits`) with its expected ``y`` words: B repacked into
     the engine's weight steps, scales and zero-point codes per lane on ``s``, biases on
-    ``b`` (the host-side layout of docs/matmul_nbits_v2.md)."""
-    from qaccel.model.nbits_hw import matmul_nbits_v2
+    ``b`` (the host-side layout of docs/matmul_nbits_v2.md).
+
+    Calls of the int8 path (section 1) run on every engine. Calls of the float path (section
+    2: accuracy_level 0..3, or g_idx) need ``config.float_path`` (``fmode`` set: the engine
+    writes each row in block floating point, four digit rows a row); g_idx is the host's
+    group-by-group layout of K (:func:`~qaccel.model.nbits_hw.block_layout`: A's columns
+    and B's rows permuted, groups padded to whole blocks, each block with its group's scale
+    and zero point). Float zero points are not in the RTL yet (ValueError)."""
+    from qaccel.model.nbits_hw import block_layout, matmul_nbits_v2
 
     config = AccelConfig() if config is None else config
     y_ref = matmul_nbits_v2(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
@@ -262,31 +269,55 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     a = _check_A(A, K)
     op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
              dtype=a.dtype)
-    if not int8_path(accuracy_level, float_zero_points=op.zmode == _k.ZP_FLOAT,
-                     g_idx=op.gidx is not None):
-        raise ValueError(f"the v2 engine's RTL takes the int8 path only (accuracy_level 4, "
-                         f"integer or no zero points, no g_idx), not accuracy_level "
-                         f"{accuracy_level} with {ZERO_POINTS[op.zmode]} zero points and "
-                         f"{'a' if op.gidx is not None else 'no'} g_idx")
-    bs, kb, pe, simd, T = op.block_size, op.kb, config.pe, config.simd, config.m_tile
+    fmode = not int8_path(accuracy_level, float_zero_points=op.zmode == _k.ZP_FLOAT,
+                          g_idx=op.gidx is not None)
+    if fmode and not config.float_path:
+        raise ValueError(f"this engine takes the int8 path only (accuracy_level 4, integer or "
+                         f"no zero points, no g_idx), not accuracy_level {accuracy_level} with "
+                         f"{ZERO_POINTS[op.zmode]} zero points and "
+                         f"{'a' if op.gidx is not None else 'no'} g_idx: build it with "
+                         f"float_path=True")
+    if op.zmode == _k.ZP_FLOAT:
+        raise ValueError("float zero points are not in the v2 engine's RTL yet (the float "
+                         "path takes integer or no zero points)")
+    bs, pe, simd, T = op.block_size, config.pe, config.simd, config.m_tile
     if not 16 <= bs <= config.max_block_size:
         raise ValueError(f"block_size must be in [16, {config.max_block_size}] for this "
                          f"engine, not {bs}")
-    if K > config.max_k:
-        raise ValueError(f"K must be at most config.max_k ({config.max_k}), not {K}")
+    a32 = a.reshape(-1, K).astype(np.float32)
+    M = a32.shape[0]
+    # the K layout: natural blocks, or g_idx's groups (A and B permuted, padding slots 0)
+    slots, group = block_layout(op)
+    kb = slots.shape[0]
+    Kp = kb * bs
+    codes = np.zeros((N, Kp), np.uint8)
+    if op.gidx is None:
+        k_reg = K
+        codes[:, :K] = unpack_nbits(op.Bw.view(np.uint8), op.bits, bs).reshape(N, Kp)[:, :K]
+    else:
+        k_reg = Kp
+        flat = slots.reshape(-1)
+        real = flat >= 0
+        codes[:, real] = unpack_nbits(op.Bw.view(np.uint8), op.bits, bs).reshape(
+            N, -1)[:, flat[real]]
+        a_perm = np.zeros((M, Kp), np.float32)
+        a_perm[:, real] = a32[:, flat[real]]
+        a32 = a_perm
+    if k_reg > config.max_k:
+        raise ValueError(f"K must be at most config.max_k ({config.max_k}), not {K}"
+                         + (f" (g_idx's padded layout: {k_reg})" if k_reg != K else ""))
     F = config.scale_lanes
     J = pe // F
     wide = op.bits > 4
     cols = pe // 2 if wide else pe
-    a32 = a.reshape(-1, K).astype(np.float32)
-    M = a32.shape[0]
     groups = -(-N // cols)
-    Np, Kp = groups * cols, kb * bs
+    Np = groups * cols
     steps = Kp // simd
-    tiles = [(r0, min(T, M - r0)) for r0 in range(0, M, T)]
+    Ta = T // 4 if fmode else T                            # activation rows per tile
+    tiles = [(r0, min(Ta, M - r0)) for r0 in range(0, M, Ta)]
 
     q = np.zeros((Np, Kp), np.uint8)
-    q[:N, :K] = unpack_nbits(op.Bw.view(np.uint8), op.bits, bs).reshape(N, Kp)[:, :K]
+    q[:N] = codes
     qg = q.reshape(groups, cols, steps, simd).transpose(0, 2, 1, 3)      # g, step, col, j
     if wide:                      # column c's nibbles in MAC columns wide_columns(...)[c]
         lo, hi = np.array(wide_columns(pe, F)).T
@@ -305,10 +336,10 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     w_beats = _words(np.tile(w_group, (len(tiles), 1)))
 
     sc = np.zeros((Np, kb), np.float32)
-    sc[:N] = op.scales
+    sc[:N] = op.scales[:, group]
     zp = np.full((Np, kb), 1 << (op.bits - 1), np.uint64)
     if op.zmode == _k.ZP_PACKED:
-        zp[:N] = unpack_zero_points(op.zpk, op.bits, kb)
+        zp[:N] = unpack_zero_points(op.zpk, op.bits, op.kb)[:, group]
     lanes = np.zeros((groups, kb, J, F), np.uint64)      # beat j, lane f: column f + F * j
     col = np.arange(J)[:, None] * F + np.arange(F)[None, :]
     real_col = col < cols
@@ -334,8 +365,8 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
              for r in range(rows) for p in range(cols)]
     order = np.array(order, np.int64).reshape(-1, 2)
     out_fmt = OUT_FORMATS.index(dtype_name(y_ref.dtype))
-    regs = {"k": K, "block_size": bs, "bits": op.bits, "m": M, "groups": groups,
-            "bias": int(bias is not None), "out_fmt": out_fmt}
+    regs = {"k": k_reg, "block_size": bs, "bits": op.bits, "m": M, "groups": groups,
+            "bias": int(bias is not None), "out_fmt": out_fmt, "fmode": int(fmode)}
     return NBitsJobV2(regs, inputs, y2[order[:, 0], order[:, 1]], order[:, 1] < N, order,
                       y_ref.shape, y_ref.dtype, {"accuracy_level": accuracy_level})
 

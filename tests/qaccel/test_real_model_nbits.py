@@ -3,10 +3,10 @@
 A float32 MLP (MatMul -> Add -> Relu -> MatMul -> Add) is quantised by ONNX Runtime's own
 ``MatMulNBitsQuantizer`` (4 bits, blocks of 32, asymmetric: packed uint8 zero points) at
 accuracy levels 0 and 4, and run on :mod:`qaccel.backend.rtl`: both MatMulNBits nodes on the
-simulated engine, Add and Relu on ``onnx.reference``. Level 4 runs on the v2 engine (the pe 4 x
-simd 2, row tiles of 3 shape of tests/rtl/test_matmul_nbits_v2.py), level 0 on the v1 engine
-of the small two-path configuration of tests/qaccel/test_rtl_nbits.py (the float path, until
-v2 has one); the Verilator builds are shared with those tests.
+simulated engine, Add and Relu on ``onnx.reference``. Level 4 runs on the v2 engine's int8
+path (the pe 4 x simd 2, row tiles of 3 shape of tests/rtl/test_matmul_nbits_v2.py), level 0
+on its float path (the same shape with float_path and row tiles of 4 there); the Verilator
+builds are shared with those tests.
 
 Checks, with ``bound = sum_k |a_k w_k|`` (``w`` the dequantised weight):
 
@@ -34,19 +34,18 @@ import qaccel.backend.golden as golden_backend
 import qaccel.backend.rtl as rtl_backend
 from qaccel import onnx_models
 from qaccel.engine import RTL
-from qaccel.model.config import AccelConfig
 from qaccel.model.perf import nbits_v2_call
 from qaccel.sim.runner import missing_simulator
-from tests.rtl.test_matmul_nbits_v2 import SHAPES
+from tests.rtl.test_matmul_nbits_v2 import FLOAT_SHAPES, SHAPES
 
 pytestmark = [pytest.mark.sim,
               pytest.mark.skipif(missing_simulator("verilator") is not None,
                                  reason=missing_simulator("verilator") or "")]
 
-SMALL = AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True)   # v1, both paths
 V2 = SHAPES["p4s2t3"]                                       # the v2 engine, int8 path only
+FLOAT = FLOAT_SHAPES["p4s2t4f"]                             # the same with the float path
 #: The engine configuration of each accuracy level.
-CONFIGS = {0: SMALL, 4: V2}
+CONFIGS = {0: FLOAT, 4: V2}
 M, K, H, N = 3, 100, 72, 40                                 # x (M, K) -> h (M, H) -> y (M, N)
 BLOCK = 32
 TOL = 1e-6
@@ -186,13 +185,12 @@ def test_quantised_mlp_on_the_engine(float_model, accuracy_level, bits, symmetri
           f"RTL backend run {t_rtl:.1f} s")
     for n, c, (_, r) in zip(nbits, calls, rep.runs, strict=True):
         assert r.op == "matmul_nbits" and r.elements == M * n_of(n) * k_of(n)
-        if accuracy_level == 4:         # the v2 engine: one y beat per result, the model's cycles
-            cols = V2.pe // 2 if bits > 4 else V2.pe
-            assert r.beats == M * -(-n_of(n) // cols) * cols
-            assert r.cycles == nbits_v2_call(V2, M=M, N=n_of(n), K=k_of(n), bits=bits,
-                                             block_size=c["block_size"]).cycles
-        else:                           # the v1 engine: one y beat per pass of pe results
-            assert r.beats == M * -(-n_of(n) // SMALL.pe)
+        # one y beat per result of a whole column group, the model's cycles
+        cols = config.pe // 2 if bits > 4 else config.pe
+        assert r.beats == M * -(-n_of(n) // cols) * cols
+        assert r.cycles == nbits_v2_call(config, M=M, N=n_of(n), K=k_of(n), bits=bits,
+                                         block_size=c["block_size"],
+                                         float_path=accuracy_level != 4).cycles
         print(f"    {n.name}: {r.elements:,} MACs, {r.beats} y beats, {r.cycles:,} cycles "
               f"({r.elements / r.cycles:.2f} MACs/cycle), latency {r.latency}, "
               f"{r.wall_time:.2f} s wall, build {'reused' if r.build_reused else 'compiled'}")

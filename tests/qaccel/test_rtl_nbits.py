@@ -2,8 +2,10 @@
 """qaccel.RTL.matmul_nbits and ``qaccel sim matmul-nbits``: MatMulNBits answered by the
 simulated engines. Level-4 calls with integer or no zero points run on the v2 engine (the
 pe 4 x simd 2, row tiles of 3 shape of tests/rtl/test_matmul_nbits_v2.py, so the builds are
-shared), float-path calls on the v1 engine of a configuration with ``float_path`` (the small
-two-path shape of tests/rtl/test_matmul_nbits.py); the default engine (ecp5-25k) once."""
+shared); float-path calls (levels 0..3, g_idx) on the v2 engine of a configuration with
+``float_path`` (the pe 4 x simd 2 float shape there); float zero points on the v1 engine of
+such a configuration (the small two-path shape of tests/rtl/test_matmul_nbits.py); the
+default engine (ecp5-25k) once."""
 
 from __future__ import annotations
 
@@ -21,13 +23,14 @@ from qaccel.model.nbits_hw import matmul_nbits_hw, matmul_nbits_v2
 from qaccel.model.perf import nbits_v2_call
 from qaccel.nbits_sim import nbits_example
 from qaccel.sim.runner import missing_simulator
-from tests.rtl.test_matmul_nbits_v2 import SHAPES
+from tests.rtl.test_matmul_nbits_v2 import FLOAT_SHAPES, SHAPES
 
 pytestmark = pytest.mark.skipif(missing_simulator("verilator") is not None,
                                 reason=missing_simulator("verilator") or "")
 
 V2 = SHAPES["p4s2t3"]                                   # pe 4 x simd 2, row tiles of 3
-SMALL = AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True)   # v1, both paths
+FLOAT = FLOAT_SHAPES["p4s2t4f"]                        # the same with the float path
+SMALL = AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True)   # v1, float zp
 
 
 def _call(*, K, N, M, bits, block_size, zero_points="packed", bias=True, seed=0,
@@ -112,20 +115,40 @@ def test_level4_cocotb_harness(simulator):
     assert (r.harness, r.beats, r.latency) == ("cocotb", 4 * 4, None) and r.cycles > 4 * 20
 
 
-def test_float_path_falls_back_to_v1():
-    """Level 0 (and float zero points at level 4) on a configuration with float_path: the
-    v1 engine, bit-exact with matmul_nbits_hw, one y beat per pass of pe results."""
-    rtl = RTL(SMALL, check=True)
-    for level, zp in ((0, "packed"), (4, "float")):
+def test_float_path_on_v2():
+    """Levels 0 and 3 and a g_idx call at level 4 on a configuration with float_path: the v2
+    engine's float path, bit-exact with matmul_nbits_v2, within 1e-6 * sum|a w| of the
+    golden model, one y beat per result, the model's cycles (without g_idx)."""
+    rtl = RTL(FLOAT, check=True)
+    for level, zp, gidx in ((0, "packed", False), (3, "none", False), (4, "packed", True)):
         call = _call(K=64, N=5, M=2, bits=4, block_size=32, zero_points=zp, seed=level)
+        if gidx:
+            call["g_idx"] = (np.arange(64, dtype=np.int32) * 7 % 64) // 32
         y = rtl.matmul_nbits(**call, accuracy_level=level)
-        want = matmul_nbits_hw(**call, accuracy_level=level, config=SMALL)
+        want = matmul_nbits_v2(**call, accuracy_level=level)
         np.testing.assert_array_equal(_codes(y), _codes(want))
         assert np.all(np.abs(y - qaccel.matmul_nbits(**call, accuracy_level=level))
                       <= 1e-6 * _bound(call))
         r = rtl.last_run
-        assert (r.harness, r.elements, r.beats) == ("stream", 2 * 5 * 64, 2 * 3)
-        assert 0 < r.latency < r.cycles
+        assert (r.harness, r.elements, r.beats) == ("stream", 2 * 5 * 64, 2 * 8)  # 2 groups
+        if not gidx:
+            assert r.cycles == nbits_v2_call(FLOAT, M=2, N=5, K=64, bits=4, block_size=32,
+                                             float_path=True).cycles
+
+
+def test_float_zero_points_fall_back_to_v1():
+    """Float zero points on a configuration with float_path: the v1 engine (the v2 RTL has
+    no float zero points yet), bit-exact with matmul_nbits_hw, one y beat per pass."""
+    rtl = RTL(SMALL, check=True)
+    call = _call(K=64, N=5, M=2, bits=4, block_size=32, zero_points="float", seed=4)
+    y = rtl.matmul_nbits(**call, accuracy_level=4)
+    want = matmul_nbits_hw(**call, accuracy_level=4, config=SMALL)
+    np.testing.assert_array_equal(_codes(y), _codes(want))
+    assert np.all(np.abs(y - qaccel.matmul_nbits(**call, accuracy_level=4))
+                  <= 1e-6 * _bound(call))
+    r = rtl.last_run
+    assert (r.harness, r.elements, r.beats) == ("stream", 2 * 5 * 64, 2 * 3)
+    assert 0 < r.latency < r.cycles
 
 
 def test_default_engine():
@@ -195,9 +218,10 @@ def test_mismatch_is_reported(monkeypatch):
         return beats, 100, 10, False
 
     monkeypatch.setattr(RTL, "_run_nbits_stream", fake_v1)
+    fcall = _call(K=64, N=3, M=2, bits=4, block_size=32, zero_points="float", seed=3)
     with pytest.raises(RTLMismatchError, match=r"v1 engine differs .* in pass 0, at row 0, "
                                                r"column 0"):
-        RTL(SMALL, check=True).matmul_nbits(**call, accuracy_level=0)
+        RTL(SMALL, check=True).matmul_nbits(**fcall, accuracy_level=4)
 
 
 def test_cli_sim_matmul_nbits(tmp_path, capsys):

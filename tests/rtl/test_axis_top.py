@@ -64,7 +64,7 @@ def test_write_verilog_matmul_nbits(tmp_path):
     want = {f"s_axis_{s}_{f}" for s in "awsb" for f in ("tdata", "tvalid", "tready")}
     want |= {"m_axis_y_tdata", "m_axis_y_tlast", "m_axis_y_tvalid", "m_axis_y_tready",
              "cfg_k", "cfg_block_size", "cfg_bits", "cfg_m", "cfg_groups", "cfg_bias",
-             "cfg_out_fmt", "cfg_start", "busy", "clk", "rst"}
+             "cfg_out_fmt", "cfg_fmode", "cfg_start", "busy", "clk", "rst"}
     assert ports == want
     desc = json.loads((tmp_path / "qaccel_matmul_nbits.json").read_text())
     assert desc["engine"] == "v2" and desc["lanes"] == config.scale_lanes

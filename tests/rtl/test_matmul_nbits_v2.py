@@ -26,6 +26,14 @@ SHAPES = {"p4s2t3": AccelConfig(pe=4, simd=2, m_tile=3, max_k=1024, max_block_si
           "p8s1t2": AccelConfig(pe=8, simd=1, m_tile=2, max_k=512, max_block_size=256,
                                 float_path=False)}
 
+#: Engines with the float path (four digit rows per row of A): pe 4 x simd 2, tiles of one
+#: row (two lanes of 2 columns: digit rows stall on the shared accumulators); pe 8 x simd 1,
+#: tiles of two rows.
+FLOAT_SHAPES = {"p4s2t4f": AccelConfig(pe=4, simd=2, m_tile=4, max_k=1024, max_block_size=256,
+                                       float_path=True),
+                "p8s1t8f": AccelConfig(pe=8, simd=1, m_tile=8, max_k=512, max_block_size=256,
+                                       float_path=True)}
+
 _SIMS: dict[AccelConfig, StreamSim] = {}
 
 
@@ -36,8 +44,12 @@ def engine(config: AccelConfig) -> StreamSim:
     return _SIMS[config]
 
 
-def make_job(config, bits, block_size, K, N, zp_kind, bias, M, seed=None) -> NBitsJobV2:
-    key = (bits, block_size, K, N, zp_kind, bias, M)
+def make_job(config, bits, block_size, K, N, zp_kind, bias, M, seed=None, *, level=4,
+             gidx=False) -> NBitsJobV2:
+    """One random call; ``level`` < 4 or ``gidx`` (a random group of every K element) take
+    the float path."""
+    key = (bits, block_size, K, N, zp_kind, bias, M) + ((level, gidx) if level < 4 or gidx
+                                                         else ())
     rng = np.random.default_rng(zlib.crc32(repr(key).encode()) if seed is None else seed)
     W = rng.standard_normal((K, N)).astype(np.float32)
     B, S, Z = quantize_weights_nbits(W, bits=bits, block_size=block_size,
@@ -45,12 +57,18 @@ def make_job(config, bits, block_size, K, N, zp_kind, bias, M, seed=None) -> NBi
     A = rng.standard_normal((M, K)).astype(np.float32)
     A[:, : min(K, block_size)] *= 1e-3                 # a block of another scale
     b = rng.standard_normal(N).astype(np.float32) if bias else None
-    job = nbits_job_v2(A, B, S, None if zp_kind == "none" else Z, None, b, K=K, N=N,
-                       bits=bits, block_size=block_size, accuracy_level=4, config=config)
+    g = None
+    if gidx:
+        g = rng.integers(0, -(-K // block_size), K).astype(np.int32)
+        g[: min(K, 3)] = 0                                 # a fuller group and an empty one
+        g[g == 1] = 0
+    job = nbits_job_v2(A, B, S, None if zp_kind == "none" else Z, g, b, K=K, N=N,
+                       bits=bits, block_size=block_size, accuracy_level=level, config=config)
     job.meta["label"] = f"bits {bits} block {block_size} K {K} N {N} M {M} zp {zp_kind}" \
-                        f"{' bias' if bias else ''}"
-    job.meta["cycles"] = nbits_v2_call(config, M=M, N=N, K=K, bits=bits,
-                                       block_size=block_size).cycles
+                        f"{' bias' if bias else ''} level {level}{' g_idx' if gidx else ''}"
+    job.meta["cycles"] = nbits_v2_call(config, M=M, N=N, K=job.regs["k"], bits=bits,
+                                       block_size=block_size,
+                                       float_path=bool(job.regs["fmode"])).cycles
     return job
 
 
@@ -137,7 +155,8 @@ def test_illegal_shapes_are_rejected():
         MatMulNBitsV2("p4s2")
     with pytest.raises(ValueError, match="K must be at most config.max_k"):
         make_job(SHAPES["p8s1t2"], 4, 32, 600, 2, "none", False, 1)
-    # the RTL's job takes the int8 path only (the contract has the float path, the RTL not yet)
+    # an engine without the float path takes int8-path calls only; float zero points are
+    # not in the RTL yet; the float path needs m_tile a multiple of 4
     W = np.random.default_rng(0).standard_normal((64, 16)).astype(np.float32)
     B, S, Z = quantize_weights_nbits(W, bits=4, block_size=32, symmetric=False)
     A = np.ones((1, 64), np.float32)
@@ -145,6 +164,11 @@ def test_illegal_shapes_are_rejected():
         with pytest.raises(ValueError, match="int8 path only"):
             nbits_job_v2(A, B, S, zp, K=64, N=16, bits=4, block_size=32,
                          accuracy_level=level, config=SHAPES["p8s1t2"])
+    with pytest.raises(ValueError, match="float zero points are not in the v2 engine's RTL"):
+        nbits_job_v2(A, B, S, S.astype(np.float32), K=64, N=16, bits=4, block_size=32,
+                     accuracy_level=0, config=FLOAT_SHAPES["p8s1t8f"])
+    with pytest.raises(ValueError, match="m_tile must be a multiple of 4 .* not 6"):
+        MatMulNBitsV2(AccelConfig(pe=8, m_tile=6, float_path=True))
 
 
 #: Calls whose cycles the performance model must give exactly: bits, block_size, K, N, M
@@ -192,3 +216,33 @@ def test_call_cycles_sweep(shape, capsys):
         print(f"\n{shape}: {len(rows) - len(bad)} of {len(rows)} calls exact; steady-state "
               f"utilisation {min(util):.3f} .. {max(util):.3f}")
     assert not bad, bad[:5]
+
+
+# -- the float path (block floating point: four int8 digit rows per row of A) ----------------------
+
+#: bits, block_size, K, N, zp_kind, bias, M, accuracy_level, g_idx
+FLOAT_CASES = [
+    (4, 32, 100, 5, "packed", True, 3, 0, False),
+    (4, 16, 64, 8, "none", False, 1, 1, False),
+    (2, 64, 200, 3, "packed", False, 2, 3, False),
+    (8, 16, 50, 4, "packed", True, 2, 0, False),
+    (5, 32, 96, 6, "none", True, 1, 2, False),
+    (4, 32, 150, 7, "packed", True, 2, 4, True),      # g_idx: the host's group layout
+    (3, 16, 70, 4, "none", False, 3, 0, True),
+    (4, 16, 64, 8, "packed", True, 2, 4, False),      # an int8-path call on the same engine
+]
+
+
+@pytest.mark.parametrize("shape", sorted(FLOAT_SHAPES))
+def test_float_path_bit_exact_under_pauses(shape):
+    """The float path (levels 0..3, g_idx) and the int8 path on one engine: every y word
+    bit-exact with matmul_nbits_v2 under random idle cycles and back-pressure (0.3 / 0.3),
+    the jobs back to back in one run; then without pauses, each call's cycles those of
+    nbits_v2_call(float_path=...)."""
+    config = FLOAT_SHAPES[shape]
+    jobs = [make_job(config, *c[:7], level=c[7], gidx=c[8]) for c in FLOAT_CASES]
+    run_jobs(config, jobs, idle=0.3, backpressure=0.3, seed=5)
+    results = run_jobs(config, jobs)
+    got = [(j.meta["label"], r.cycles, j.meta["cycles"]) for j, r in zip(jobs, results,
+                                                                         strict=True)]
+    assert all(rtl == model for _, rtl, model in got), got

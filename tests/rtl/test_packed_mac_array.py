@@ -23,7 +23,7 @@ from qaccel.rtl.packed_mac_array import PackedMacArray
 from qaccel.sim.runner import missing_simulator
 from qaccel.sim.streamsim import Segment, StreamSim
 
-from .ecp5_models import mult18x18d_model, needs_icarus, run_icarus
+from .ecp5_models import DP16KD_MODEL, mult18x18d_model, needs_icarus, run_icarus
 
 needs_verilator = pytest.mark.skipif(missing_simulator("verilator") is not None,
                                      reason=missing_simulator("verilator") or "")
@@ -594,7 +594,7 @@ def test_bad_row_keeps_the_zero_word_amaranth_sim():
 @needs_icarus
 @pytest.mark.parametrize("pe, simd, rows, dsp_pairs", [(8, 4, 4, 6), (2, 1, 1, None)])
 def test_ecp5_instances_match_behaviour_icarus(tmp_path, pe, simd, rows, dsp_pairs):
-    """With the MULT18X18D instances (and a model of the cell) the unit behaves exactly like
+    """With the MULT18X18D and DP16KD instances (and models of the cells) the unit behaves like
     the behavioural description, cycle by cycle, under random beats, valid and ready."""
     from qaccel.rtl.verilog import emit_verilog
     kw = dict(pe=pe, simd=simd, rows=rows, dsp_pairs=dsp_pairs, max_block=64)
@@ -638,7 +638,7 @@ module tb;
 endmodule
 """
     out = run_icarus(tmp_path, {"all.v": emit_verilog(beh, "beh", emit_src=False) + emit_verilog(
-        prim, "prim", emit_src=False) + mult18x18d_model() + tb})
+        prim, "prim", emit_src=False) + mult18x18d_model() + DP16KD_MODEL + tb})
     line = [x for x in out.splitlines() if x.startswith("RESULT")]
     assert line, out
     errors, outs = map(int, line[0].split()[1:])

@@ -7,7 +7,8 @@ interleaved over many accumulators, edge values (zero terms, -0, subnormal produ
 to inf, NaN scales and biases, |d| >= 2**24 and its rounding, zp = 255 with asum at its
 limits), few addresses back to back (forced stalls) under random idle cycles and
 back-pressure; every output checked, counted (nothing lost or duplicated) and in order; the
-transfer and result cycles equal those of a cycle model of the skid and the scoreboard (so
+transfer and result cycles equal those of a cycle model of the feeder's holding register and
+the admission's scoreboard (tests/rtl/admitted_lane.py, as the engine feeds a lane; so
 the recurrence and the sustained rate are as stated) and, without pauses, every result is
 offered exactly ``latency`` cycles after its input; the same with 128 accumulators in block
 RAM (a longer read, more forwarding). On Amaranth's simulator: the latency of one beat, a stall
@@ -34,19 +35,21 @@ from qaccel.sim.runner import missing_simulator
 from qaccel.sim.streamsim import StreamSim
 from qaccel.sim.vectors import join_fields, split_fields
 
+from .admitted_lane import AdmittedLane
+
 F32 = np.float32
 DEPTH, IW, AW = 32, 26, 17
 _NEEDS_VERILATOR = pytest.mark.skipif(missing_simulator("verilator") is not None,
                                       reason=missing_simulator("verilator") or "")
 
-_SIM: dict[int, tuple[ScaleLane, StreamSim]] = {}
+_SIM: dict[int, tuple[AdmittedLane, StreamSim]] = {}
 
 
-def lane_sim(depth: int = DEPTH) -> tuple[ScaleLane, StreamSim]:
+def lane_sim(depth: int = DEPTH) -> tuple[AdmittedLane, StreamSim]:
     """The lane (26/17-bit sums; depth 32: LUT RAM, 128: block RAM with a read latency of 2)
-    and its Verilator build, once per session."""
+    behind its admission, and its Verilator build, once per session."""
     if depth not in _SIM:
-        lane = ScaleLane(depth=depth, isum_width=IW, asum_width=AW)
+        lane = AdmittedLane(ScaleLane(depth=depth, isum_width=IW, asum_width=AW))
         _SIM[depth] = lane, StreamSim(lane, name=f"scale_lane_d{depth}")
     return _SIM[depth]
 
@@ -176,17 +179,17 @@ def beats(rng, sched, *, edge: float = 0.0) -> dict:
                 "addr": addr.astype(np.int64)}
 
 
-def admission(lane: ScaleLane, b: dict) -> tuple[np.ndarray, np.ndarray]:
+def admission(lane: AdmittedLane, b: dict) -> tuple[np.ndarray, np.ndarray]:
     """Transfer and admission cycles without pauses or back-pressure. A beat is admitted one
     cycle after its transfer at the earliest, after the beat before it, and, if it reads
     (``first`` clear), no sooner than ``recurrence`` cycles after the last admitted beat that
-    writes its address (``last`` clear). It is transferred while the two-entry skid has room:
-    after the beat two ahead of it was admitted."""
+    writes its address (``last`` clear). It is transferred while the holding register is
+    free: in the cycle the beat before it is admitted at the latest."""
     n = b["addr"].size
     xfer, adm = np.zeros(n, np.int64), np.zeros(n, np.int64)
     write_at: dict[int, int] = {}
     for k in range(n):
-        xfer[k] = max(xfer[k - 1] + 1 if k else 0, adm[k - 2] + 1 if k >= 2 else 0)
+        xfer[k] = max(xfer[k - 1] + 1, adm[k - 1]) if k else 0
         a = int(b["addr"][k])
         t = max(xfer[k] + 1, adm[k - 1] + 1 if k else 0)
         if not b["first"][k] and a in write_at:
@@ -197,7 +200,7 @@ def admission(lane: ScaleLane, b: dict) -> tuple[np.ndarray, np.ndarray]:
     return xfer, adm
 
 
-def run(lane: ScaleLane, sim: StreamSim, b: dict, **kw):
+def run(lane: AdmittedLane, sim: StreamSim, b: dict, **kw):
     """Run ``b`` through the lane; check every result, their count and order; return the
     StreamResult."""
     for name, lo, hi in (("isum", -(1 << (IW - 1)), 1 << (IW - 1)),
@@ -369,7 +372,7 @@ def test_edge_values_exhaustive_mix():
 class _Resettable(wiring.Component):
     """The lane with its ``sync`` domain's reset as a port."""
 
-    def __init__(self, lane: ScaleLane):
+    def __init__(self, lane: AdmittedLane):
         self.lane = lane
         super().__init__({})
 
@@ -381,7 +384,7 @@ class _Resettable(wiring.Component):
 
 
 def _small():
-    lane = ScaleLane(depth=4, isum_width=IW, asum_width=AW)
+    lane = AdmittedLane(ScaleLane(depth=4, isum_width=IW, asum_width=AW))
     top = _Resettable(lane)
     return lane, top
 
@@ -404,7 +407,7 @@ def test_latency_and_recurrence_on_amaranth():
     beats of one address at distances 1 .. recurrence: the second's result comes
     ``recurrence - distance`` cycles late (its stall), never earlier, and the sum is right; a
     ``first`` beat right behind a write of its address is not held; ``i.ready`` stays high
-    while the skid has room."""
+    while the holding register's beat enters the lane."""
     lane, top = _small()
     got = {}
 
@@ -437,7 +440,7 @@ def test_latency_and_recurrence_on_amaranth():
                 await ctx.tick()
             ctx.set(i.payload, _beat(2, 0, 1, isum=-2, sb=0.75))    # + (-1.5)
             ctx.set(i.valid, 1)
-            assert ctx.get(i.ready)                              # the skid has room
+            assert ctx.get(i.ready)                      # the held beat enters the lane
             await ctx.tick()
             ctx.set(i.valid, 0)
             n, got[f"y{dist}"] = await wait_result(ctx)
@@ -459,7 +462,7 @@ def test_latency_and_recurrence_on_amaranth():
     _simulate(top, bench)
     assert got["latency"] == lane.latency
     if isinstance(lane._adder, Fp32Add) and isinstance(lane._mul1, Fp32Mul):
-        assert (lane.latency, lane.recurrence) == (29, 9)        # the docstring's figures
+        assert (lane.lane.latency, lane.recurrence) == (28, 9)   # the docstring's figures
     assert got["y0"] == F32(1.75).view(np.uint32)
     assert got["stalls"] == {d: max(0, lane.recurrence - d) for d in got["stalls"]}
     for dist in got["stalls"]:
@@ -470,9 +473,9 @@ def test_latency_and_recurrence_on_amaranth():
 
 
 def test_output_credit_and_reset_on_amaranth():
-    """With ``o.ready`` low, exactly ``fifo_depth`` last beats are admitted and two more wait
-    in the skid (then ``i.ready`` is low); all come out, once, in order. A reset with beats
-    in the skid, in flight and in the FIFO drops them all."""
+    """With ``o.ready`` low, exactly ``fifo_depth`` last beats are admitted and one more
+    waits in the holding register (then ``i.ready`` is low); all come out, once, in order. A
+    reset with beats held, in flight and in the FIFO drops them all."""
     lane, top = _small()
     got = {"ys": [], "after_reset": []}
     D = lane.fifo_depth
@@ -496,7 +499,7 @@ def test_output_credit_and_reset_on_amaranth():
             if ctx.get(o.valid):
                 got["ys"].append(ctx.get(o.payload.y))
             await ctx.tick()
-        # reset with beats in the skid, the pipeline and the FIFO
+        # reset with a beat held and beats in the pipeline and the FIFO
         ctx.set(o.ready, 0)
         ctx.set(i.valid, 1)
         for k in range(lane.latency + 5):
@@ -518,9 +521,9 @@ def test_output_credit_and_reset_on_amaranth():
             await ctx.tick()
 
     _simulate(top, bench)
-    assert got["taken"] == D + 2
+    assert got["taken"] == D + 1
     assert not got["non_last_ready"]
-    want = [F32(F32(0.25) + F32(0.5) * F32(k)).view(np.uint32) for k in range(D + 2)]
+    want = [F32(F32(0.25) + F32(0.5) * F32(k)).view(np.uint32) for k in range(D + 1)]
     assert got["ys"] == want
     assert got["after_reset"] == [F32(0.25 + 3.5).view(np.uint32)]
 
@@ -551,7 +554,7 @@ def test_ports_and_derived_figures():
     for u in (lane, lay, ScaleLane(depth=32, isum_width=IW, asum_width=AW)):
         assert u.recurrence == u._adder.latency + 1
         assert u.latency == u.adder_cycle + u._adder.latency + 2
-        assert u.adder_cycle == 1 + max(1 + u._mul1.latency, 1 + u.convert_latency) \
+        assert u.adder_cycle == max(1 + u._mul1.latency, 1 + u.convert_latency) \
             + u._mul2.latency
         assert u.fifo_depth > u.latency
     # the float units: Fp32Add, Fp32Mul on MULT18X18Ds, instances with ecp5 (same latency)

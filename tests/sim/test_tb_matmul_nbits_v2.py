@@ -23,7 +23,7 @@ from qaccel.rtl.matmul_nbits import MatMulNBits
 from qaccel.rtl.matmul_nbits_v2 import REGISTERS, MatMulNBitsV2
 from qaccel.sim.nbits_sim import engine_ports, job_dict, nbits_name, run_nbits_cocotb
 from qaccel.sim.runner import SimulationFailed, missing_simulator
-from tests.rtl.test_matmul_nbits_v2 import make_job
+from tests.rtl.test_matmul_nbits_v2 import FLOAT_SHAPES, make_job
 
 pytestmark = pytest.mark.sim
 
@@ -51,6 +51,17 @@ ICARUS_CASES = [
 #: the first job (while ``a`` is loading) and late in the third (with ``w``, ``s`` and ``y``
 #: each part way through: 38 of 96 weight words, 12 of 32 ``y`` beats at seed 5).
 RESET_CASE = (4, 16, 48, 5, "packed", True, 4)
+#: The float path (block floating point) on the engine with it (pe 4 x simd 2, tiles of one
+#: row of four digit rows): bits, block_size, K, N, zero points, bias, M, accuracy_level,
+#: g_idx. Icarus takes the first two.
+FLOAT_CONFIG = FLOAT_SHAPES["p4s2t4f"]
+FLOAT_CASES = [
+    (4, 16, 48, 5, "packed", True, 2, 0, False),
+    (4, 32, 70, 3, "none", False, 1, 4, True),
+    (8, 16, 40, 4, "packed", True, 2, 2, False),
+    (2, 64, 100, 5, "none", True, 1, 0, True),
+    (4, 16, 48, 5, "packed", False, 2, 4, False),     # an int8-path job on the same engine
+]
 EARLY, LATE = 40, 560
 
 
@@ -117,9 +128,9 @@ def test_engine_ports_and_job_dicts():
         run_nbits_cocotb(v2, [job], reset_after={1: 30})
 
 
-def run(jobs, simulator, **kw):
+def run(jobs, simulator, config=CONFIG, **kw):
     t0 = time.perf_counter()
-    r = run_nbits_cocotb(engine(), jobs, simulator=simulator, idle=0.3, backpressure=0.3,
+    r = run_nbits_cocotb(engine(config), jobs, simulator=simulator, idle=0.3, backpressure=0.3,
                          **kw)
     seconds = time.perf_counter() - t0
     check_run(r, jobs)
@@ -137,6 +148,18 @@ def test_verilator_jobs_under_pauses():
 def test_icarus_jobs_under_pauses():
     jobs = [make_job(CONFIG, *c) for c in ICARUS_CASES]
     run(jobs, "icarus", seed=7)
+
+
+@pytest.mark.parametrize("simulator", ["verilator", "icarus"])
+def test_float_path_jobs_under_pauses(simulator):
+    """Float-path jobs (levels 0 and 2, g_idx) and an int8-path job back to back on
+    the engine with the float path, every word bit-exact with matmul_nbits_v2."""
+    if missing_simulator(simulator):
+        pytest.skip(missing_simulator(simulator))
+    cases = FLOAT_CASES if simulator == "verilator" else FLOAT_CASES[:2]
+    jobs = [make_job(FLOAT_CONFIG, *c[:7], level=c[7], gidx=c[8]) for c in cases]
+    assert [j.regs["fmode"] for j in jobs] == [int(c[7] < 4 or c[8]) for c in cases]
+    run(jobs, simulator, config=FLOAT_CONFIG, seed=9)
 
 
 @pytest.mark.parametrize("simulator", ["verilator", "icarus"])
