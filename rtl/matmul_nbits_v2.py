@@ -433,17 +433,23 @@ class MatMulNBitsV2(wiring.Component):
                          head_last.eq(o_last), need_s.eq(orow == 0),
                          need_b.eq(bias_r & (ob == 0) & (orow == 0))]
         head_blk = data.View(rq.blk.payload.shape(), blk_r.data)
+        # a group's last result taken: counted a cycle later (only the tile's end waits on
+        # out_groups, and its read-out comes later still)
+        group_done = Signal()
+        m.d.sync += group_done.eq(0)
+        with m.If(group_done):
+            m.d.sync += out_groups.eq(out_groups + 1)
         with m.If(accept):
             with m.If(orow_last):
                 m.d.sync += [orow.eq(0), orow_last.eq(rows_r == 1),
                              ob.eq(Mux(ob_last, 0, ob + 1)),
                              ob_last.eq(Mux(ob_last, kb_r == 1, ob == kb_r - 2))]
-                with m.If(ob_last):
-                    m.d.sync += out_groups.eq(out_groups + 1)
+                m.d.sync += group_done.eq(ob_last)
             with m.Else():
                 m.d.sync += [orow.eq(orow + 1), orow_last.eq(orow == rows_r - 2)]
         with m.If(load_go):
             m.d.sync += [ob.eq(0), orow.eq(0), out_groups.eq(0), read_groups.eq(0),
+                         group_done.eq(0),
                          ob_last.eq(kb_r == 1), orow_last.eq(rows_r == 1)]
 
         # -- the lanes: each MAC result as J terms per lane, in lock step -----------------------
