@@ -113,3 +113,16 @@ def run_icarus(folder: Path, sources: dict[str, str], top: str = "tb") -> str:
                    check=True, capture_output=True, text=True)
     return subprocess.run(["vvp", "-n", "sim"], cwd=folder, check=True, capture_output=True,
                           text=True).stdout
+
+
+def run_twins(folder: Path, beh, prim, models: str, tb: str) -> tuple[int, int]:
+    """Emit ``beh`` and ``prim`` (Amaranth components) as modules ``beh`` and ``prim``, run
+    them on Icarus with the cell ``models`` and the testbench ``tb`` (module ``tb``, which
+    prints ``RESULT <errors> <outputs>``); return (errors, outputs)."""
+    from qaccel.rtl.verilog import emit_verilog
+    out = run_icarus(folder, {"all.v": emit_verilog(beh, "beh", emit_src=False)
+                              + emit_verilog(prim, "prim", emit_src=False) + models + tb})
+    line = [x for x in out.splitlines() if x.startswith("RESULT")]
+    assert line, out
+    errors, outs = map(int, line[0].split()[1:])
+    return errors, outs

@@ -14,7 +14,7 @@ from amaranth.sim import Simulator
 
 from qaccel.rtl.block_fifo import LATENCY, BlockFifo
 
-from .ecp5_models import DP16KD_MODEL, needs_icarus, run_icarus
+from .ecp5_models import DP16KD_MODEL, needs_icarus, run_twins
 
 
 class _Pair(wiring.Component):
@@ -106,7 +106,6 @@ def test_same_as_sync_fifo_buffered(depth, seed):
 def test_dp16kd_build_matches_behaviour_icarus(tmp_path):
     """With DP16KD instances (two cells for 50 bits; a model of the cell) the FIFO behaves
     exactly like the behavioural build, cycle by cycle, under random writes and reads."""
-    from qaccel.rtl.verilog import emit_verilog
     beh, prim = BlockFifo(width=50, depth=16), BlockFifo(width=50, depth=16, ecp5=True)
     assert prim.blocks == 2
     tb = """
@@ -138,11 +137,7 @@ module tb;
   end
 endmodule
 """
-    out = run_icarus(tmp_path, {"all.v": emit_verilog(beh, "beh", emit_src=False) + emit_verilog(
-        prim, "prim", emit_src=False) + DP16KD_MODEL + tb})
-    line = [x for x in out.splitlines() if x.startswith("RESULT")]
-    assert line, out
-    errors, outs = map(int, line[0].split()[1:])
+    errors, outs = run_twins(tmp_path, beh, prim, DP16KD_MODEL, tb)
     assert errors == 0 and outs > 1000, (errors, outs)
 
 

@@ -23,7 +23,7 @@ from qaccel.rtl.packed_mac_array import PackedMacArray
 from qaccel.sim.runner import missing_simulator
 from qaccel.sim.streamsim import Segment, StreamSim
 
-from .ecp5_models import DP16KD_MODEL, mult18x18d_model, needs_icarus, run_icarus
+from .ecp5_models import DP16KD_MODEL, mult18x18d_model, needs_icarus, run_twins
 
 needs_verilator = pytest.mark.skipif(missing_simulator("verilator") is not None,
                                      reason=missing_simulator("verilator") or "")
@@ -596,7 +596,6 @@ def test_bad_row_keeps_the_zero_word_amaranth_sim():
 def test_ecp5_instances_match_behaviour_icarus(tmp_path, pe, simd, rows, dsp_pairs):
     """With the MULT18X18D and DP16KD instances (and models of the cells) the unit behaves like
     the behavioural description, cycle by cycle, under random beats, valid and ready."""
-    from qaccel.rtl.verilog import emit_verilog
     kw = dict(pe=pe, simd=simd, rows=rows, dsp_pairs=dsp_pairs, max_block=64)
     beh, prim = PackedMacArray(**kw), PackedMacArray(**kw, ecp5=True)
     assert prim.latency == beh.latency
@@ -637,11 +636,7 @@ module tb;
   end
 endmodule
 """
-    out = run_icarus(tmp_path, {"all.v": emit_verilog(beh, "beh", emit_src=False) + emit_verilog(
-        prim, "prim", emit_src=False) + mult18x18d_model() + DP16KD_MODEL + tb})
-    line = [x for x in out.splitlines() if x.startswith("RESULT")]
-    assert line, out
-    errors, outs = map(int, line[0].split()[1:])
+    errors, outs = run_twins(tmp_path, beh, prim, mult18x18d_model() + DP16KD_MODEL, tb)
     assert errors == 0 and outs > 250, (errors, outs)
 
 
