@@ -417,7 +417,7 @@ class NBitsV2Call:
 
 
 def _lane_schedule(first: int, groups: int, kb: int, R: int, bpb: int, J: int,
-                   rec: int, digits: int = 1) -> int:
+                   rec: int, digits: int = 1, zero_terms: bool = False) -> int:
     """The cycle of a tile's last lane term when the lanes or their accumulators bound.
 
     MAC result ``k`` (block ``n = k // R``, row ``r = k % R``) could reach the lanes at
@@ -426,23 +426,27 @@ def _lane_schedule(first: int, groups: int, kb: int, R: int, bpb: int, J: int,
     unless it opens its accumulators, ``rec`` cycles after the previous result on the same
     accumulators (ScaleLane's recurrence, kept by LaneAdmission): the same row's previous
     block, or with ``digits = 4`` (the float path: rows ``4a .. 4a + 3`` are the digit rows
-    of row ``a`` of A and share its accumulators) the previous digit row. Assumes the MAC
-    array's output FIFO never fills (the lanes' backlog stays below its depth), so the steps
-    themselves never stall."""
-    start = []
-    prev = None
+    of row ``a`` of A and share its accumulators) the previous digit row. With
+    ``zero_terms`` (float zero points) a result's ``J`` weight terms are followed by its
+    ``J`` zero-point terms on the same accumulators, no sooner than ``rec`` after the weight
+    terms, and the next result on them waits for those. Assumes the MAC array's output FIFO
+    never fills (the lanes' backlog stays below its depth), so the steps themselves never
+    stall."""
+    writes = []                          # per result: its last phase's first term
+    end = None                           # the cycle after the previous result's last term
     for n in range(groups * kb):
         for r in range(R):
             t = first + (n * bpb + bpb - 1) * R + r
-            if prev is not None:
-                t = max(t, prev + J)
+            if end is not None:
+                t = max(t, end)
             if r % digits:                               # the previous digit row
-                t = max(t, start[-1] + rec)
+                t = max(t, writes[-1] + rec)
             elif n % kb:                                 # the same row's previous block
-                t = max(t, start[(n - 1) * R + r + digits - 1] + rec)
-            start.append(t)
-            prev = t
-    return prev + J - 1
+                t = max(t, writes[(n - 1) * R + r + digits - 1] + rec)
+            w = t + max(J, rec) if zero_terms else t
+            writes.append(w)
+            end = w + J
+    return end - 1
 
 
 @functools.lru_cache(maxsize=64)
@@ -457,7 +461,8 @@ def _v2_engine(config: AccelConfig):
 
 
 def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
-                  block_size: int, bias: bool = False, float_path: bool = False) -> NBitsV2Call:
+                  block_size: int, bias: bool = False, float_path: bool = False,
+                  float_zero_points: bool = False) -> NBitsV2Call:
     """Return the cycles of a MatMulNBits call (accuracy_level 4, integer or no zero points)
     on the v2 engine of ``config``, composed from the engine's
     :attr:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2.timing` (its own pipeline and its
@@ -483,7 +488,9 @@ def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
     int8 digit rows (the row quantiser's block-floating-point job) that the MAC array and the
     lanes treat as rows sharing one accumulator per column, so ``R`` above counts digit rows
     and the read-out ``R / 4`` rows. ``K`` is the engine's ``k``: with g_idx the padded
-    group-by-group layout's length.
+    group-by-group layout's length. ``float_zero_points`` (with ``float_path``): each result
+    has ``2 J`` terms per lane (the weights', then the zero point's), and ``s`` twice the
+    beats.
     """
     if not isinstance(config, AccelConfig):
         raise TypeError(f"config must be an AccelConfig, not {config!r}")
@@ -494,12 +501,16 @@ def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
     check_power_of_two("block_size", block_size, 16)
     check_int("block_size", block_size, None, config.max_block_size)
     check_bool("float_path", float_path)
+    check_bool("float_zero_points", float_zero_points)
     if float_path and not config.float_path:
         raise ValueError("float_path calls need an engine built with config.float_path")
+    if float_zero_points and not float_path:
+        raise ValueError("float_zero_points calls take the float path: pass float_path=True")
     tm, lanes, rq = _v2_engine(config)
     digits = 4 if float_path else 1
     pe, simd, T = config.pe, config.simd, config.m_tile
     J = pe // lanes
+    Jt = 2 * J if float_zero_points else J           # terms per lane per MAC result
     cols = pe // 2 if bits > 4 else pe
     groups = -(-N // cols)
     kb = -(-K // block_size)
@@ -508,8 +519,9 @@ def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
     rec = tm["recurrence"]
 
     def block(rows: int) -> tuple[int, str]:
-        lim = {"compute": rows * bpb, "lanes": rows * J,
-               "accumulator": rec * (rows if float_path else 1)}
+        chain = max(J, rec) + rec if float_zero_points else rec
+        lim = {"compute": rows * bpb, "lanes": rows * Jt,
+               "accumulator": chain * (rows if float_path else 1)}
         bound = max(V2_BOUNDS, key=lambda b: (lim[b], -V2_BOUNDS.index(b)))
         return lim[bound], bound
 
@@ -522,13 +534,13 @@ def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
         load = rq.job_cycles(K, Ra, block_size, bfp=float_path)
         load_total += load
         first_issue = t + load + tm["issue"]
-        if J <= bpb and rec <= R * bpb and (digits == 1 or rec <= J):
+        if Jt <= bpb and rec <= R * bpb and (digits == 1 or rec <= J):
             # the MAC steps bound: each block's R results leave the lanes before the next
             last_issue = first_issue + groups * steps * R - 1
-            last_term = last_issue + tm["to_lane"] + tm["mac"] + R * (J - 1)
+            last_term = last_issue + tm["to_lane"] + tm["mac"] + R * (Jt - 1)
         else:
             last_term = _lane_schedule(first_issue + tm["to_lane"] + tm["mac"], groups, kb,
-                                       R, bpb, J, rec, digits)
+                                       R, bpb, J, rec, digits, float_zero_points)
         last_take = last_term + tm["lane"] + tm["bank"] + Ra * cols - 1
         if i + 1 < len(tiles):
             t = last_take + tm["next_tile"]
@@ -540,7 +552,7 @@ def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
     w_words = -(-steps // 2) if bits == 2 else steps
     nbytes = {"a": 4 * M * K,
               "w": len(tiles) * groups * w_words * 4 * pe * simd // 8,
-              "s": len(tiles) * groups * kb * J * 5 * F,
+              "s": len(tiles) * groups * kb * Jt * 5 * F,
               "b": len(tiles) * groups * J * 4 * F if bias else 0,
               "y": 4 * M * groups * cols}
     return NBitsV2Call(config=config, M=M, N=N, K=K, bits=bits, block_size=block_size,

@@ -14,14 +14,17 @@
                                 (matmul_nbits: the v2 engine, by default the preset sized for
                                 --target; GMAC/s, GMAC/s per kLUT, tokens/s on chip and memory
                                 bound); --packing: the MAC array's MACs per DSP per weight width
-    qaccel sweep                the performance model (and --synth) over bits x block size x
-                                shapes x targets, resumable, local processes or a Dask cluster
+    qaccel sweep                the v2 engine's performance model (and --synth) over pe x simd
+                                x DSP pairs x m_tile x bits x block size x targets (quantize /
+                                dequantize: lanes), resumable, local processes or Dask
     qaccel report SWEEP         PNG plots of a sweep: throughput vs bits per block size,
                                 roofline, throughput vs LUTs and DSPs (synthesised sweeps)
     qaccel verilog              the units' Verilog and a JSON description
 
 sim, perf, synth, sweep and verilog take the hardware configuration as --config FILE (an
 AccelConfig JSON file) or --preset NAME (qaccel.model.presets: ecp5-25k, ecp5-85k), not both.
+synth and sweep --synth take nextpnr's --router: router1 (default) or router2, which
+converges far sooner on large designs (the ECP5-85F engine).
 """
 
 from __future__ import annotations
@@ -106,17 +109,17 @@ def _add_config_options(p: argparse.ArgumentParser, default: str = "AccelConfig(
                         "(qaccel.model.presets)")
 
 
-def _config(args, command: str):
-    """Return the AccelConfig of ``--preset`` or ``--config``, else ``AccelConfig()``; a file
-    that cannot be read or is not a valid configuration exits with
-    ``qaccel <command>: --config FILE: <why>``."""
+def _config(args, command: str, default=...):
+    """Return the AccelConfig of ``--preset`` or ``--config``, else ``default`` (if given)
+    or ``AccelConfig()``; a file that cannot be read or is not a valid configuration exits
+    with ``qaccel <command>: --config FILE: <why>``."""
     from qaccel.model.config import AccelConfig
     from qaccel.model.presets import preset
 
     if args.preset:
         return preset(args.preset)
     if not args.config:
-        return AccelConfig()
+        return AccelConfig() if default is ... else default
     try:
         return AccelConfig.load(args.config)
     except json.JSONDecodeError as e:
@@ -126,6 +129,16 @@ def _config(args, command: str):
     except (TypeError, ValueError) as e:
         why = str(e)
     raise SystemExit(f"qaccel {command}: --config {args.config}: {why}")
+
+
+def _add_router_option(p: argparse.ArgumentParser, when: str = "") -> None:
+    """``--router``: nextpnr's router (:data:`qaccel.synth.ROUTERS`)."""
+    from qaccel.synth import ROUTERS
+
+    p.add_argument("--router", choices=list(ROUTERS), default=ROUTERS[0],
+                   help=f"nextpnr's router{when}: {ROUTERS[0]} (default) or router2, which "
+                        "converges far sooner on large designs such as the ECP5-85F engine "
+                        "(pe 128)")
 
 
 #: ``--memory-gbps`` default: a 16-bit DDR3-800 interface (as
@@ -252,6 +265,18 @@ def _int_list(text: str) -> list[int]:
     return out
 
 
+def _dsp_list(text: str) -> list[int | None]:
+    """``--dsp-pairs``: integers as :func:`_int_list` takes them, ``all`` (None) among them."""
+    out = []
+    for part in text.split(","):
+        try:
+            out += [None] if part.strip() == "all" else _int_list(part)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"expected integers like 0,8 or 4..6, or all, not {text!r}") from None
+    return out
+
+
 def _bits_list(text: str) -> list[int]:
     """``--bits``: weight widths, each 2..8."""
     bits = _int_list(text)
@@ -308,18 +333,26 @@ def _perf(args) -> int:
 
     config = _config(args, "perf")
     _check_settings(config, args, "perf")
-    if not int8_path(args.level, float_zero_points=args.zero_points == "float", g_idx=False):
-        return _perf_float(args, config)
+    fzp = args.zero_points == "float"
+    float_path = not int8_path(args.level, float_zero_points=fzp, g_idx=False)
+    if float_path and not config.float_path:
+        raise SystemExit(
+            f"qaccel perf: accuracy_level {args.level} with {args.zero_points} zero points "
+            "takes the float path, which this configuration leaves out (float_path false); "
+            "use --level 4 (the int8 path), or a --config with float_path true")
     try:
         rates = hwreport.engine_rates(
             config, args.fmax, layer=(args.K, args.N), M=args.M, bits=args.bits,
-            block_sizes=args.block_size, memory_gbps=args.memory_gbps, bias=args.bias)
+            block_sizes=args.block_size, memory_gbps=args.memory_gbps, bias=args.bias,
+            float_path=float_path, float_zero_points=fzp)
     except (TypeError, ValueError) as e:
         raise SystemExit(f"qaccel perf: {e}") from None
     memory = (f"{args.memory_gbps:g} GB/s of memory"
               + (f" ({hwreport.MEMORY_NOTE})" if args.memory_gbps == hwreport.MEMORY_GBPS
                  else ""))
-    print(f"MatMulNBits on the v2 engine, accuracy_level {args.level} (int8 path), "
+    path = ("float path: four int8 digit rows per row of A"
+            + (", two terms per digit" if fzp else "")) if float_path else "int8 path"
+    print(f"MatMulNBits on the v2 engine, accuracy_level {args.level} ({path}), "
           f"{args.zero_points} zero points{', bias' if args.bias else ''}: a call of "
           f"{args.M} x {args.K} by {args.K} x {args.N} (M x K by K x N) at {args.fmax:g} MHz "
           f"with {memory}")
@@ -329,39 +362,6 @@ def _perf(args) -> int:
           "lanes, accumulator),\n', memory' when the memory is slower than the chip; bytes: "
           f"every stream of the call (weights once per row tile of {config.m_tile} rows);\n"
           "tokens/s: M / time of the call")
-    return 0
-
-
-def _perf_float(args, config) -> int:
-    """The float path (accuracy_level 0..3 or float zero points): the v1 engine's model."""
-    from qaccel.model.perf import nbits_call
-
-    if not config.float_path:
-        raise SystemExit(
-            f"qaccel perf: accuracy_level {args.level} with {args.zero_points} zero points "
-            "takes the float path, which the v2 engine does not have yet and this "
-            "configuration leaves out of v1 (float_path false); use --level 4 (the int8 "
-            "path), or a --config with float_path true for the v1 engine's model")
-    try:
-        calls = [nbits_call(config, M=args.M, N=args.N, K=args.K, bits=b, block_size=bs,
-                            zero_points=args.zero_points, accuracy_level=args.level,
-                            bias=args.bias)
-                 for b in args.bits for bs in args.block_size]
-    except (TypeError, ValueError) as e:
-        raise SystemExit(f"qaccel perf: {e}") from None
-    print(f"the v1 engine's float path (v2 has none yet): MatMulNBits per pass (one row x "
-          f"{config.pe} columns, steady state) and per call "
-          f"({args.M} x {args.K} by {args.K} x {args.N}: fill, passes, drain), "
-          f"accuracy_level {args.level}, {args.zero_points} zero points"
-          f"{', bias' if args.bias else ''}; engine pe {config.pe} x simd {config.simd}, "
-          f"weight bus {config.weight_bus_width} bits, {config.partial_sums} partial sums")
-    print(f"{'bits':>4} {'block':>5} {'path':>5} {'cycles':>8} {'MAC/cycle':>9} "
-          f"{'util':>6} {'w bytes':>8} {'call cyc':>9} {'call MAC/c':>10}  bound")
-    for c in calls:
-        r = c.per_pass
-        print(f"{r.bits:>4} {r.block_size:>5} {r.path:>5} {float(r.cycles):>8.1f} "
-              f"{r.macs_per_cycle:>9.2f} {r.utilisation:>6.1%} {r.bytes['w']:>8} "
-              f"{c.cycles:>9} {c.macs_per_cycle:>10.2f}  {r.bound}")
     return 0
 
 
@@ -403,12 +403,12 @@ def _synth(args) -> int:
         if args.unit == "matmul_nbits":
             _check_settings(config, args, "synth")
         engine = "v2 engine, " if args.unit == "matmul_nbits" else ""
-        print(f"synthesising {args.unit} ({engine}{what}) for {target} (a cached result is "
-              "reused)...", file=sys.stderr, flush=True)
+        print(f"synthesising {args.unit} ({engine}{what}) for {target} with nextpnr's "
+              f"{args.router} (a cached result is reused)...", file=sys.stderr, flush=True)
         report = hwreport.hw_report(config, unit=args.unit, target=target, seed=args.seed,
                                     freq_mhz=args.freq, layer=args.layer, bits=args.bits,
                                     block_sizes=args.block_size,
-                                    memory_gbps=args.memory_gbps)
+                                    memory_gbps=args.memory_gbps, router=args.router)
     except (OSError, TypeError, ValueError) as e:
         raise SystemExit(f"qaccel synth: {e}") from None
     except (SynthToolError, SynthToolNotFoundError) as e:
@@ -429,7 +429,8 @@ def _synth_packing(args) -> int:
     bits = args.bits or list(range(2, 9))
     with tqdm(total=len(targets) * len(bits), desc="synth packing", unit="synth",
               file=sys.stderr) as bar:
-        rows = hwreport.mac_packing(targets, bits, progress=lambda _row: bar.update())
+        rows = hwreport.mac_packing(targets, bits, router=args.router,
+                                    progress=lambda _row: bar.update())
     print("MAC array pe 2 x simd 4 (8 int8 x intN MACs per cycle), weight codes of each width")
     print(hwreport.format_packing(rows))
     return 0
@@ -438,13 +439,14 @@ def _synth_packing(args) -> int:
 def _sweep(args) -> int:
     from qaccel import sweep
 
-    base = _config(args, "sweep")
+    base = _config(args, "sweep", default=None)
     try:
         result = sweep.run_sweep(
             args.output, unit=args.unit, targets=args.target, pe=args.pe, simd=args.simd,
-            lanes=args.lanes, bits=args.bits, block_sizes=args.block_size, base=base,
-            layer=args.layer, synth=args.synth, float_path=args.float_path, seed=args.seed,
-            freq_mhz=args.freq, jobs=args.jobs, scheduler=args.scheduler)
+            dsp_pairs=args.dsp_pairs, m_tile=args.m_tile, lanes=args.lanes, bits=args.bits,
+            block_sizes=args.block_size, base=base, layer=args.layer, M=args.M,
+            memory_gbps=args.memory_gbps, synth=args.synth, seed=args.seed,
+            freq_mhz=args.freq, router=args.router, jobs=args.jobs, scheduler=args.scheduler)
     except (OSError, TypeError, ValueError) as e:
         raise SystemExit(f"qaccel sweep: {e}") from None
     print(sweep.summary(result, args.output))
@@ -531,7 +533,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("perf", help="the MatMulNBits performance model per bits / block_size "
                                     "setting of an M x K x N call: cycles, MAC/cycle, steady "
                                     "utilisation, bound, bytes, time and tokens/s on chip and "
-                                    "memory bound (v2 engine; the float path: v1's model)")
+                                    "memory bound (the v2 engine; --level 0..3 or float "
+                                    "zero points: its float path)")
     p.add_argument("--bits", type=_bits_list, default=list(range(2, 9)),
                    help="weight bits, 2..8 (default) or e.g. 4,8")
     p.add_argument("--block-size", type=_block_list, default=[16, 32, 64, 128, 256],
@@ -566,6 +569,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=1, help="nextpnr placer seed (default 1)")
     p.add_argument("--freq", type=float, help="clock constraint in MHz (default: the "
                                               "target's, 100 ECP5 / 30 UP5K)")
+    _add_router_option(p)
     p.add_argument("--layer", type=_layer, default=(4096, 4096),
                    help="K x N of the layer of tokens/s, the tensor of elements/s (default "
                         "4096x4096)")
@@ -584,27 +588,42 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", required=True, help="output folder (results.csv, "
                                                          "results.json; finished points kept)")
     p.add_argument("--unit", choices=["matmul_nbits", "quantize", "dequantize"],
-                   default="matmul_nbits", help="matmul_nbits: pe x simd x bits x block size;"
-                                                " quantize / dequantize: lanes")
+                   default="matmul_nbits",
+                   help="matmul_nbits (the v2 engine): pe x simd x dsp pairs x m_tile x bits x "
+                        "block size; quantize / dequantize: lanes")
     p.add_argument("--target", nargs="+", choices=list(TARGETS), default=["ecp5-25k"],
                    help="devices (default ecp5-25k)")
-    p.add_argument("--pe", type=_int_list, help="e.g. 1,2,4 (default: the config's)")
-    p.add_argument("--simd", type=_int_list, help="e.g. 4,8 (default: the config's)")
-    p.add_argument("--lanes", type=_int_list, help="e.g. 1..4 (default: the config's)")
+    base = "the config's"
+    p.add_argument("--pe", type=_int_list,
+                   help=f"MAC columns, even, e.g. 8,16,32 (default: {base})")
+    p.add_argument("--simd", type=_int_list,
+                   help=f"K elements per column and cycle, e.g. 1,2 (default: {base})")
+    p.add_argument("--dsp-pairs", type=_dsp_list,
+                   help="two-MAC multiplier slots on MULT18X18D, a budget; 'all' for every "
+                        f"slot, e.g. 0,8,all (default: {base})")
+    p.add_argument("--m-tile", type=_int_list,
+                   help=f"rows of A sharing each weight fetch, e.g. 1,4 (default: {base}); "
+                        "it matters for --M > 1")
+    p.add_argument("--lanes", type=_int_list,
+                   help="quantize / dequantize: elements per beat, e.g. 1..4 (default: the "
+                        "config's)")
     p.add_argument("--bits", type=_int_list, default=list(range(2, 9)),
                    help="weight bits (default 2..8)")
     p.add_argument("--block-size", type=_int_list, default=[16, 32, 64, 128, 256],
-                   help="block sizes (default 16..256 powers of two; the largest is the "
-                        "engines' max_block_size)")
+                   help="block sizes (default 16..256 powers of two, up to the engine's "
+                        "max_block_size)")
     p.add_argument("--layer", type=_layer, default=(4096, 4096),
                    help="K x N of the layer of tokens/s, the tensor of elements/s (default "
                         "4096x4096)")
-    _add_config_options(p)
+    p.add_argument("--M", type=_count, default=1,
+                   help="rows of A in the call, tokens (default 1: a GEMV)")
+    p.add_argument("--memory-gbps", type=_positive, default=MEMORY_GBPS, help=_MEMORY_HELP)
+    _add_config_options(p, default="matmul_nbits: the preset sized for each --target; "
+                                   "quantize / dequantize: AccelConfig()")
     p.add_argument("--synth", action="store_true", help="synthesise each distinct engine")
-    p.add_argument("--float-path", action="store_true",
-                   help="engines carry the float path (default: int8 path only)")
     p.add_argument("--seed", type=int, default=1, help="nextpnr placer seed (default 1)")
     p.add_argument("--freq", type=float, help="clock constraint in MHz (default: the target's)")
+    _add_router_option(p, " (with --synth)")
     p.add_argument("--jobs", type=int, default=1,
                    help="local worker processes (default 1; unused with --scheduler)")
     p.add_argument("--scheduler", help="a Dask scheduler address: run the points there")

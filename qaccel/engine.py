@@ -307,25 +307,23 @@ class RTL:
           v2 engine (:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`, one job: every row
           tile against every column group); with ``check=True`` every result must equal
           :func:`qaccel.model.nbits_hw.matmul_nbits_v2` bit for bit.
-        * The float path (levels 0..3, g_idx) with integer or no zero points runs on the v2
-          engine too if ``config.float_path`` is True (block floating point, four digit rows
-          per row; ``m_tile`` a multiple of 4), bit-exact with the same model. Float zero
-          points still run on the v1 engine (:class:`~qaccel.rtl.matmul_nbits.MatMulNBits`)
-          of such a configuration, a transitional fallback; ``check=True`` compares those
-          with :func:`qaccel.model.nbits_hw.matmul_nbits_hw`. Without ``config.float_path``
-          (the default configuration) a float-path call raises ValueError.
+        * The float path (levels 0..3, g_idx, float zero points) runs on the v2 engine too if
+          ``config.float_path`` is True (block floating point, four digit rows per row;
+          ``m_tile`` a multiple of 4), bit-exact with the same model. Without
+          ``config.float_path`` (the default configuration) a float-path call raises
+          ValueError.
 
         Both agree with :func:`qaccel.matmul_nbits` and ONNX Runtime within
         ``1e-6 * sum_k |a_k w_k|``. ``last_run.elements`` counts multiply-accumulates
-        (``M * N * K``), ``beats`` the ``y`` beats (v2: one result each, v1: one pass of
-        ``pe`` results each), ``cycles`` the engine's cycles from ``start``, ``latency`` the
-        cycles from the first row's last ``a`` beat to its first ``y`` beat (None with the
-        cocotb harness). An A without rows gives the golden model's empty result, simulating
-        nothing. Raises what ``matmul_nbits`` raises; ValueError naming accuracy_level, the
-        zero points and g_idx for a float-path call without ``config.float_path``; ValueError
-        for what the engine does not take (v2, :func:`~qaccel.sim.nbits_jobs.nbits_job_v2`:
-        block_size outside ``[16, config.max_block_size]``, K above ``config.max_k``, an odd
-        ``config.pe``; v1, :func:`~qaccel.sim.nbits_jobs.nbits_job`); with ``check``,
+        (``M * N * K``), ``beats`` the ``y`` beats (one result each), ``cycles`` the
+        engine's cycles from ``start``, ``latency`` the cycles from the first row's last
+        ``a`` beat to its first ``y`` beat (None with the cocotb harness). An A without
+        rows gives the golden model's empty result, simulating nothing. Raises what
+        ``matmul_nbits`` raises; ValueError naming accuracy_level, the zero points and g_idx
+        for a float-path call without ``config.float_path``; ValueError for what the engine
+        does not take (:func:`~qaccel.sim.nbits_jobs.nbits_job_v2`: block_size outside
+        ``[16, config.max_block_size]``, K above ``config.max_k``, an odd ``config.pe``);
+        with ``check``,
         :exc:`RTLMismatchError` naming the first differing row, column and both codes.
         """
         from qaccel.model import nbits_kernels as _k
@@ -338,9 +336,9 @@ class RTL:
         a = _check_A(A, check_int("K", K, 1))
         op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
                  dtype=a.dtype)
-        v2 = int8_path(level, float_zero_points=op.zmode == _k.ZP_FLOAT,
-                       g_idx=op.gidx is not None)
-        if not v2 and not self.config.float_path:
+        int8 = int8_path(level, float_zero_points=op.zmode == _k.ZP_FLOAT,
+                         g_idx=op.gidx is not None)
+        if not int8 and not self.config.float_path:
             raise ValueError(
                 f"this configuration has no float path (config.float_path False), which "
                 f"accuracy_level {level} with zero points {ZERO_POINTS[op.zmode]} and "
@@ -353,9 +351,7 @@ class RTL:
             return self._empty("matmul_nbits", want, t0)
         args = (A, B, scales, zero_points, g_idx, bias)
         kwargs = dict(K=K, N=N, bits=bits, block_size=block_size, accuracy_level=level)
-        if v2 or op.zmode != _k.ZP_FLOAT:
-            return self._matmul_nbits_v2(*args, **kwargs, t0=t0)
-        return self._matmul_nbits_v1(*args, **kwargs, t0=t0)
+        return self._matmul_nbits_v2(*args, **kwargs, t0=t0)
 
     def _matmul_nbits_v2(self, *args, t0: float, **kwargs) -> np.ndarray:
         """A call on the v2 engine (see :meth:`matmul_nbits`)."""
@@ -365,7 +361,7 @@ class RTL:
             raise ValueError(f"bits {kwargs['bits']} is not carried by this engine "
                              f"(config.nbits {self.config.nbits})")
         job = nbits_job_v2(*args, **kwargs, config=self.config)
-        engine = self._nbits_engine(v2=True)
+        engine = self._nbits_engine()
         harness = self._harness()
         if harness == "stream":
             beats, cycles, latency, built = self._run_nbits_v2_stream(engine, job)
@@ -392,45 +388,15 @@ class RTL:
                     f"{int(got[k]):#010x}, model {int(job.y[k]):#010x}")
         return out
 
-    def _matmul_nbits_v1(self, *args, t0: float, **kwargs) -> np.ndarray:
-        """A float-path call on the v1 engine (see :meth:`matmul_nbits`)."""
-        from qaccel.sim.nbits_jobs import nbits_job, same_y, unpack_y, y_words
-
-        job = nbits_job(*args, **kwargs, config=self.config)
-        engine = self._nbits_engine(v2=False)
-        harness = self._harness()
-        if harness == "stream":
-            beats, cycles, latency, built = self._run_nbits_stream(engine, job)
-        else:
-            beats, cycles, latency, built = self._run_nbits_cocotb(engine, job)
-        pe = self.config.pe
-        out = unpack_y(job, beats, pe)
-        self.last_run = RunRecord("matmul_nbits", self.simulator, harness, 1,
-                                  job.M * job.N * kwargs["K"], len(beats), cycles, 0, latency,
-                                  time.perf_counter() - t0, not built)
-        if self.check:
-            got = y_words(beats, pe)
-            bad = np.argwhere(~same_y(job, got))
-            if bad.size:
-                p, c = (int(i) for i in bad[0])
-                g, m = divmod(p, job.M)
-                raise RTLMismatchError(
-                    f"matmul_nbits: the v1 engine differs from its model "
-                    f"(qaccel.model.nbits_hw.matmul_nbits_hw) in pass {p}, at row {m}, column "
-                    f"{g * pe + c}: RTL {got[p, c]:#010x}, model {job.y[p, c]:#010x}")
-        return out
-
-    def _nbits_engine(self, *, v2: bool):
-        """The v2 or v1 MatMulNBits engine of the configuration, created on first use and
-        shared by the RTL instances of that configuration (so are its builds)."""
-        key = ("matmul_nbits_v2" if v2 else "matmul_nbits", self.config)
+    def _nbits_engine(self):
+        """The configuration's v2 MatMulNBits engine, created on first use and shared by the
+        RTL instances of that configuration (so are its builds)."""
+        key = ("matmul_nbits_v2", self.config)
         engine = _UNITS.get(key)
         if engine is None:
-            if v2:
-                from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2 as cls
-            else:
-                from qaccel.rtl.matmul_nbits import MatMulNBits as cls
-            engine = _UNITS[key] = cls(self.config)
+            from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2
+
+            engine = _UNITS[key] = MatMulNBitsV2(self.config)
         return engine
 
     @staticmethod
@@ -468,19 +434,6 @@ class RTL:
         # latency: the first row's last ``a`` beat (K of them) to its first ``y`` beat
         latency = int(res.output_cycles["y"][0]) - int(res.accepted["a"][r["k"] - 1])
         return res.outputs["y"], res.cycles, latency, built
-
-    def _run_nbits_stream(self, engine, job):
-        from qaccel.sim.streamsim import Segment
-
-        sim, built = self._nbits_stream_sim(engine)
-        seg = Segment(job.inputs, job.regs, phases=[["start"], list(job.inputs)],
-                      expect={"y": job.passes})
-        r = sim.run_segments([seg], idle=self.idle, backpressure=self.backpressure,
-                             seed=self.seed)[0]
-        # latency: the first pass's last ``a`` beat to its ``y`` beat
-        row_beats = len(job.inputs["a"]) // job.passes
-        latency = int(r.output_cycles["y"][0]) - int(r.accepted["a"][row_beats - 1])
-        return r.outputs["y"], r.cycles, latency, built
 
     def _run_nbits_cocotb(self, engine, job):
         from qaccel.sim.nbits_sim import run_nbits_cocotb

@@ -16,8 +16,8 @@ its LUT, FF, DSP, BRAM, Fmax and critical path with rates at the achieved Fmax:
   per cycle, start and pipeline latencies), its elements per cycle times Fmax
   (:func:`throughput`).
 
-:func:`throughput` also gives the v1 engine's rates (:func:`qaccel.model.perf.nbits_pass`),
-which :mod:`qaccel.sweep` still sweeps with :func:`build_unit`.
+:mod:`qaccel.sweep` evaluates the same figures over a grid of engines (:func:`build_unit`,
+:func:`engine_rates`, :func:`throughput`).
 
 :func:`mac_packing` measures how many MACs the engine's int8 x intN MAC array
 (:class:`~qaccel.rtl.mac_array.MacArray`) gets per DSP block for each weight width, next to
@@ -37,15 +37,15 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In
 
 from qaccel.model.config import NBITS, AccelConfig
-from qaccel.model.perf import elementwise_call, nbits_call, nbits_pass, nbits_v2_call
+from qaccel.model.perf import elementwise_call, nbits_v2_call
 from qaccel.model.validate import check_int
-from qaccel.synth import TARGETS, SynthResult, synthesize
+from qaccel.synth import TARGETS, SynthResult, check_router, synthesize
 
-__all__ = ["MEMORY_GBPS", "MEMORY_NOTE", "REFERENCE_PACKINGS", "TOKEN_SETTING", "UNITS",
-           "EngineRate", "HwReport", "Packing", "Throughput", "build_nbits_v2", "build_unit",
-           "check_layer", "engine_rates", "engine_summary", "format_packing", "format_rates",
-           "format_report", "hw_report", "mac_packing", "throughput", "token_setting",
-           "undriven_dsp_inputs"]
+__all__ = ["ELEMENTWISE", "MEMORY_GBPS", "MEMORY_NOTE", "REFERENCE_PACKINGS", "TOKEN_SETTING",
+           "UNITS", "EngineRate", "HwReport", "Packing", "Throughput", "build_nbits_v2",
+           "build_unit", "check_layer", "check_positive", "engine_rates", "engine_summary",
+           "format_packing", "format_rates", "format_report", "hw_report", "mac_packing",
+           "throughput", "token_setting", "undriven_dsp_inputs", "weight_bus_bits"]
 
 #: Units :func:`build_unit` makes.
 UNITS = ("matmul_nbits", "quantize", "dequantize")
@@ -65,13 +65,15 @@ TOKEN_SETTING = (4, 32)
 
 
 def build_unit(unit: str, config: AccelConfig) -> wiring.Component:
-    """Return the component ``unit`` (one of :data:`UNITS`) built from ``config``;
-    ``matmul_nbits`` is the v1 engine (the sweep's; :func:`build_nbits_v2` builds v2)."""
+    """Return the component ``unit`` (one of :data:`UNITS`) built from ``config`` for
+    synthesis. ``matmul_nbits`` is the v2 engine (:func:`build_nbits_v2`), with the float
+    path when ``config.float_path`` asks for it."""
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {', '.join(UNITS)}, not {unit!r}")
+    if not isinstance(config, AccelConfig):
+        raise TypeError(f"config must be an AccelConfig, not {config!r}")
     if unit == "matmul_nbits":
-        from qaccel.rtl.matmul_nbits import MatMulNBits
-        return MatMulNBits(config)
+        return build_nbits_v2(config)
     if unit == "quantize":
         from qaccel.rtl.quantize import Quantize
         return Quantize(config)
@@ -85,26 +87,24 @@ def build_nbits_v2(config: AccelConfig) -> wiring.Component:
     return MatMulNBitsV2(config, ecp5=True)
 
 
+def weight_bus_bits(config: AccelConfig) -> int:
+    """Bits per beat of the v2 engine's ``w`` stream (one weight step): a nibble per MAC,
+    ``4 * pe * simd``. A 2..4-bit code takes one nibble, a 5..8-bit code two (which halves
+    the peak there); 2-bit codes travel two steps to a beat."""
+    return 4 * config.pe * config.simd
+
+
 @dataclass(frozen=True)
 class Throughput:
-    """One setting's steady-state rate (:func:`throughput`).
+    """An elementwise unit's rate (:func:`throughput`): ``cycles`` of the whole call on the
+    layer-sized tensor, ``per_cycle`` elements per cycle, its ``bound``, ``utilisation``
+    (``per_cycle`` over ``lanes``) and ``per_second`` elements/s (None without an Fmax)."""
 
-    ``matmul_nbits`` (the v1 engine): ``cycles`` per pass, ``per_cycle`` MACs per cycle,
-    ``bound`` and ``utilisation`` from :func:`~qaccel.model.perf.nbits_pass`; ``per_second``
-    MAC/s and ``tokens_per_second`` (one GEMV call through the layer). Elementwise units:
-    ``bits`` and ``block_size`` None, ``cycles`` of the whole call on the layer-sized tensor,
-    ``per_cycle`` elements per cycle, ``utilisation`` that over ``lanes``, ``per_second``
-    elements/s, no tokens. Rates are None without an Fmax.
-    """
-
-    bits: int | None
-    block_size: int | None
     cycles: float
     per_cycle: float
     bound: str
     utilisation: float
     per_second: float | None
-    tokens_per_second: float | None
 
 
 def check_layer(layer) -> tuple[int, int]:
@@ -114,7 +114,7 @@ def check_layer(layer) -> tuple[int, int]:
     return check_int("layer K", layer[0], 1), check_int("layer N", layer[1], 1)
 
 
-def _positive(param: str, value, *, optional: bool = False) -> float | None:
+def check_positive(param: str, value, *, optional: bool = False) -> float | None:
     """Return ``value`` (a number > 0, or None when ``optional``); TypeError/ValueError
     naming ``param`` otherwise."""
     if value is None and optional:
@@ -127,10 +127,10 @@ def _positive(param: str, value, *, optional: bool = False) -> float | None:
     return float(value)
 
 
-def _block_sizes(config: AccelConfig, block_sizes, lo: int = 16) -> list[int]:
-    """``block_sizes`` as a list, or the powers of two from ``lo`` to ``max_block_size``."""
+def _block_sizes(config: AccelConfig, block_sizes) -> list[int]:
+    """``block_sizes`` as a list, or the powers of two from 16 to ``max_block_size``."""
     if block_sizes is None:
-        return [1 << e for e in range(lo.bit_length() - 1, config.max_block_size.bit_length())]
+        return [1 << e for e in range(4, config.max_block_size.bit_length())]
     return list(block_sizes)
 
 
@@ -143,9 +143,10 @@ class EngineRate:
     ``cycles``, ``macs_per_cycle`` (``M * N * K`` over the call's cycles),
     ``peak_per_cycle``, ``steady_utilisation`` and ``bound`` (what sets a steady-state block:
     ``compute``, ``lanes`` or ``accumulator``) are the model's; ``bytes`` is every stream's
-    bytes per call. With an Fmax: ``seconds`` = cycles / Fmax (on-chip bound),
-    ``memory_seconds`` = ``max(seconds, bytes / bandwidth)`` (the memory-bound figure,
-    :meth:`~qaccel.model.perf.NBitsV2Call.seconds`), ``per_second`` MAC/s on chip,
+    bytes per call, ``w_bytes`` the ``w`` stream's (packed weight codes). With an Fmax:
+    ``seconds`` = cycles / Fmax (on-chip bound), ``memory_seconds`` = ``max(seconds, bytes /
+    bandwidth)`` (the memory-bound figure, :meth:`~qaccel.model.perf.NBitsV2Call.seconds`),
+    ``per_second`` MAC/s on chip,
     ``tokens_per_second`` = ``M / seconds`` and ``memory_tokens_per_second`` =
     ``M / memory_seconds`` (a token is one row of A); all None without an Fmax.
     """
@@ -161,6 +162,7 @@ class EngineRate:
     steady_utilisation: float
     bound: str
     bytes: int
+    w_bytes: int
     fmax_mhz: float | None
     memory_gbps: float
     seconds: float | None
@@ -178,11 +180,14 @@ class EngineRate:
 def engine_rates(config: AccelConfig, fmax_mhz: float | None = None, *,
                  layer: tuple[int, int] = (4096, 4096), M: int = 1,
                  bits: Iterable[int] | None = None, block_sizes: Iterable[int] | None = None,
-                 memory_gbps: float = MEMORY_GBPS, bias: bool = False) -> list[EngineRate]:
+                 memory_gbps: float = MEMORY_GBPS, bias: bool = False,
+                 float_path: bool = False,
+                 float_zero_points: bool = False) -> list[EngineRate]:
     """Return the v2 engine's :class:`EngineRate` of an ``M x K`` by ``K x N`` call
     (``layer = (K, N)``) per ``bits`` (default ``config.nbits``) x ``block_sizes`` (default
     the powers of two from 16 to ``config.max_block_size``), at ``fmax_mhz`` (None: cycle and
-    byte figures only) with ``memory_gbps`` GB/s of external memory.
+    byte figures only) with ``memory_gbps`` GB/s of external memory; ``float_path`` and
+    ``float_zero_points`` as :func:`~qaccel.model.perf.nbits_v2_call` takes them.
 
     Bad parameters raise ValueError/TypeError naming them (the model's checks: bits the
     config carries, block sizes powers of two from 16 to ``max_block_size``, K up to
@@ -190,22 +195,24 @@ def engine_rates(config: AccelConfig, fmax_mhz: float | None = None, *,
     """
     if not isinstance(config, AccelConfig):
         raise TypeError(f"config must be an AccelConfig, not {config!r}")
-    fmax_mhz = _positive("fmax_mhz", fmax_mhz, optional=True)
-    memory_gbps = _positive("memory_gbps", memory_gbps)
+    fmax_mhz = check_positive("fmax_mhz", fmax_mhz, optional=True)
+    memory_gbps = check_positive("memory_gbps", memory_gbps)
     K, N = check_layer(layer)
     check_int("M", M, 1)
     timed = fmax_mhz is not None
     rows = []
     for b in config.nbits if bits is None else bits:
         for bs in _block_sizes(config, block_sizes):
-            c = nbits_v2_call(config, M=M, N=N, K=K, bits=b, block_size=bs, bias=bias)
+            c = nbits_v2_call(config, M=M, N=N, K=K, bits=b, block_size=bs, bias=bias,
+                              float_path=float_path, float_zero_points=float_zero_points)
             t = c.seconds(fmax_mhz) if timed else None
             tm = c.seconds(fmax_mhz, memory_gbps) if timed else None
             rows.append(EngineRate(
                 bits=b, block_size=bs, M=M, K=K, N=N, cycles=c.cycles,
                 macs_per_cycle=c.macs_per_cycle, peak_per_cycle=c.peak_per_cycle,
                 steady_utilisation=c.steady_utilisation, bound=c.bound,
-                bytes=sum(c.bytes.values()), fmax_mhz=fmax_mhz, memory_gbps=memory_gbps,
+                bytes=sum(c.bytes.values()), w_bytes=c.bytes["w"], fmax_mhz=fmax_mhz,
+                memory_gbps=memory_gbps,
                 seconds=t, memory_seconds=tm,
                 per_second=c.macs_per_cycle * fmax_mhz * 1e6 if timed else None,
                 tokens_per_second=M / t if timed else None,
@@ -252,37 +259,25 @@ def format_rates(rates: Iterable[EngineRate], lut: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def throughput(config: AccelConfig, unit: str, fmax_mhz: float | None = None, *,
-               layer: tuple[int, int] = (4096, 4096), bits: Iterable[int] | None = None,
-               block_sizes: Iterable[int] | None = None) -> list[Throughput]:
-    """Return ``unit``'s rates on ``config`` at ``fmax_mhz`` (None: cycle figures only).
+#: Units :func:`throughput` rates (the MatMulNBits engine's are :func:`engine_rates`).
+ELEMENTWISE = ("quantize", "dequantize")
 
-    ``matmul_nbits`` (the v1 engine's model, which :mod:`qaccel.sweep` uses): one row per
-    ``bits`` (default ``config.nbits``) x ``block_sizes`` (default the powers of two from
-    ``max(16, simd)`` to ``config.max_block_size``) on the int8 path with packed zero points,
-    for ``layer = (K, N)``. Elementwise units: one row, a K x N tensor with one scale.
-    Bad parameters raise ValueError/TypeError naming them.
+
+def throughput(config: AccelConfig, unit: str, fmax_mhz: float | None = None, *,
+               layer: tuple[int, int] = (4096, 4096)) -> Throughput:
+    """Return the rate of the elementwise ``unit`` (one of :data:`ELEMENTWISE`) of ``config``
+    at ``fmax_mhz`` (None: cycle figures only): one call on a K x N tensor (``layer = (K,
+    N)``) with one scale. Bad parameters raise ValueError/TypeError naming them.
     """
-    if unit not in UNITS:
-        raise ValueError(f"unit must be one of {', '.join(UNITS)}, not {unit!r}")
-    fmax_mhz = _positive("fmax_mhz", fmax_mhz, optional=True)
-    hz = None if fmax_mhz is None else fmax_mhz * 1e6
+    if unit not in ELEMENTWISE:
+        raise ValueError(f"unit must be one of {', '.join(ELEMENTWISE)} (matmul_nbits: "
+                         f"engine_rates), not {unit!r}")
+    fmax_mhz = check_positive("fmax_mhz", fmax_mhz, optional=True)
     K, N = check_layer(layer)
-    if unit != "matmul_nbits":
-        call = elementwise_call(config, unit, [(K * N, 1)])
-        per = call.elements_per_cycle
-        return [Throughput(None, None, float(call.cycles), per, call.bound, per / config.lanes,
-                           None if hz is None else per * hz, None)]
-    rows = []
-    for b in config.nbits if bits is None else bits:
-        for bs in _block_sizes(config, block_sizes, max(16, config.simd)):
-            p = nbits_pass(config, K=K, bits=b, block_size=bs)
-            token = nbits_call(config, M=1, N=N, K=K, bits=b, block_size=bs).cycles
-            rows.append(Throughput(
-                b, bs, float(p.cycles), p.macs_per_cycle, p.bound, p.utilisation,
-                None if hz is None else p.macs_per_cycle * hz,
-                None if hz is None else hz / token))
-    return rows
+    call = elementwise_call(config, unit, [(K * N, 1)])
+    per = call.elements_per_cycle
+    return Throughput(float(call.cycles), per, call.bound, per / config.lanes,
+                      None if fmax_mhz is None else per * fmax_mhz * 1e6)
 
 
 @dataclass(frozen=True)
@@ -334,12 +329,14 @@ def hw_report(config: AccelConfig, *, unit: str = "matmul_nbits", target: str = 
               seed: int = 1, freq_mhz: float | None = None,
               layer: tuple[int, int] = (4096, 4096), bits: Iterable[int] | None = None,
               block_sizes: Iterable[int] | None = None,
-              memory_gbps: float = MEMORY_GBPS) -> HwReport:
+              memory_gbps: float = MEMORY_GBPS, router: str = "router1") -> HwReport:
     """Synthesise ``unit`` built from ``config`` for ``target`` and return its figures at
     the achieved Fmax: ``matmul_nbits`` the v2 engine (:func:`build_nbits_v2`) with
     :func:`engine_rates` for one token (``M = 1``) through ``layer`` per ``bits`` x
     ``block_sizes`` and the headline :func:`token_setting`, ``memory_gbps`` GB/s of external
-    memory; elementwise units :func:`throughput`.
+    memory; elementwise units :func:`throughput`. ``seed``, ``freq_mhz`` and ``router``
+    (nextpnr's ``router1``, or ``router2`` for large designs such as the ECP5-85F engine) go
+    to :func:`~qaccel.synth.synthesize`.
 
     Raises ValueError/TypeError naming a bad parameter (the rate settings are checked before
     synthesis), and :func:`~qaccel.synth.synthesize`'s errors
@@ -349,19 +346,19 @@ def hw_report(config: AccelConfig, *, unit: str = "matmul_nbits", target: str = 
         raise TypeError(f"config must be an AccelConfig, not {config!r}")
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {', '.join(UNITS)}, not {unit!r}")
+    tools = {"target": target, "name": unit, "seed": seed, "freq_mhz": freq_mhz,
+             "router": check_router(router)}
     bits = None if bits is None else list(bits)
     block_sizes = None if block_sizes is None else list(block_sizes)
     if unit != "matmul_nbits":
         throughput(config, unit, layer=layer)
-        result = synthesize(build_unit(unit, config), target=target, name=unit, seed=seed,
-                            freq_mhz=freq_mhz)
-        rows = throughput(config, unit, result.fmax_mhz, layer=layer)
-        return HwReport(unit, config, result, layer, tuple(rows), undriven_dsp_inputs(result))
+        result = synthesize(build_unit(unit, config), **tools)
+        row = throughput(config, unit, result.fmax_mhz, layer=layer)
+        return HwReport(unit, config, result, layer, (row,), undriven_dsp_inputs(result))
     b, bs = token_setting(config)
     settings = {"layer": layer, "memory_gbps": memory_gbps}
     engine_rates(config, **settings, bits=bits, block_sizes=block_sizes)
-    result = synthesize(build_nbits_v2(config), target=target, name=unit, seed=seed,
-                        freq_mhz=freq_mhz)
+    result = synthesize(build_nbits_v2(config), **tools)
     rows = engine_rates(config, result.fmax_mhz, **settings, bits=bits,
                         block_sizes=block_sizes)
     (token,) = engine_rates(config, result.fmax_mhz, **settings, bits=[b], block_sizes=[bs])
@@ -479,15 +476,16 @@ class Packing:
 
 
 def mac_packing(targets: Iterable[str] = ("ecp5-25k", "up5k"), widths: Iterable[int] = NBITS,
-                *, pe: int = 2, simd: int = 4, max_block: int = 16,
+                *, pe: int = 2, simd: int = 4, max_block: int = 16, router: str = "router1",
                 progress: Callable[[Packing], None] | None = None) -> list[Packing]:
     """Synthesise the MAC array (``pe`` x ``simd`` multipliers, blocks up to ``max_block``)
-    for each target and weight width and return its DSP and LUT use.
+    for each target and weight width (nextpnr's ``router``) and return its DSP and LUT use.
 
     The engine as built carries 8-bit codes into the array whatever the run-time width (its
     figure is the 8-bit row); the other rows tie the upper code bits to 0, which is what an
     array specialised to that width would get. ``progress`` is called after each synthesis.
     """
+    check_router(router)
     widths = list(widths)
     for b in widths:
         if isinstance(b, bool) or b not in NBITS:
@@ -496,7 +494,8 @@ def mac_packing(targets: Iterable[str] = ("ecp5-25k", "up5k"), widths: Iterable[
     for target in targets:
         for b in widths:
             unit = _CodeWidthMac(pe=pe, simd=simd, max_block=max_block, bits=b)
-            r = synthesize(unit, target=target, name=f"mac_array_p{pe}s{simd}_w{b}")
+            r = synthesize(unit, target=target, name=f"mac_array_p{pe}s{simd}_w{b}",
+                           router=router)
             row = Packing(target, b, pe * simd, r.dsp, r.lut, r.fmax_mhz,
                           undriven_dsp_inputs(r))
             rows.append(row)

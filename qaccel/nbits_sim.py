@@ -3,15 +3,14 @@ GEMV of ``make demo``.
 
 A float32 weight ``W (K, N)`` is quantised by qaccel's quantiser (bit-exact with ONNX
 Runtime's), ``A (M, K)`` is random; :meth:`qaccel.RTL.matmul_nbits` runs the call on the
-engine and checks every output bit for bit against the engine's model. The int8 path
-(accuracy_level 4, integer or no zero points) runs on the v2 engine: the report gives its
-cycles beside the performance model's (:func:`qaccel.model.perf.nbits_v2_call`, which must
-be equal on the stream harness without pauses), the MACs per cycle and the utilisation
-against the array's peak (``pe * simd``, half at 5..8 bits). The float path runs on the v1
-engine of a configuration with ``float_path`` (:func:`qaccel.model.perf.nbits_call`, MAC
-utilisation against ``pe * simd`` and the weight-bus bound). Both report the error against
-the golden model and ONNX Runtime as a fraction of ``sum_k |a_k w_k|`` (the tolerance is
-1e-6).
+engine (v2) and checks every output bit for bit against the engine's model
+(:func:`qaccel.model.nbits_hw.matmul_nbits_v2`). The report gives its cycles beside the
+performance model's (:func:`qaccel.model.perf.nbits_v2_call`, which must be equal on the
+stream harness without pauses), the MACs per cycle and the utilisation against the array's
+peak (``pe * simd``, half at 5..8 bits), for the int8 path (accuracy_level 4, integer or no
+zero points) and the float path (a configuration with ``float_path``) alike, and the error
+against the golden model and ONNX Runtime as a fraction of ``sum_k |a_k w_k|`` (the
+tolerance is 1e-6).
 """
 
 from __future__ import annotations
@@ -42,14 +41,27 @@ def nbits_example(*, K: int, N: int, M: int, bits: int, block_size: int,
                 if bias else None, K=K, N=N, bits=bits, block_size=block_size)
 
 
-def _v2_lines(rtl, call: dict, M: int) -> tuple[list[str], bool]:
+def _v2_lines(rtl, call: dict, M: int, level: int) -> tuple[list[str], bool]:
     """The v2 engine's cycles against the performance model, MAC/cycle and utilisation."""
+    from qaccel.model.config import int8_path
+    from qaccel.model.nbits_hw import block_layout
     from qaccel.model.perf import nbits_v2_call
 
     c, r = rtl.config, rtl.last_run
     K, N, bits = call["K"], call["N"], call["bits"]
+    zp = call.get("zero_points")
+    fzp = zp is not None and zp.dtype != np.uint8
+    gidx = call.get("g_idx")
+    float_path = not int8_path(level, float_zero_points=fzp, g_idx=gidx is not None)
+    if gidx is not None:             # the engine's k: the padded group-by-group layout
+        from qaccel.model.nbits import _Op
+
+        op = _Op(call["B"], call["scales"], zp, gidx, K=K, N=N, bits=bits,
+                 block_size=call["block_size"], dtype=np.asarray(call["A"]).dtype)
+        K = block_layout(op)[0].size
     model = nbits_v2_call(c, M=M, N=N, K=K, bits=bits, block_size=call["block_size"],
-                          bias=call.get("bias") is not None)
+                          bias=call.get("bias") is not None, float_path=float_path,
+                          float_zero_points=fzp)
     peak = model.peak_per_cycle
     rate = r.elements / r.cycles if r.cycles else 0.0
     exact = r.harness == "stream" and rtl.idle == rtl.backpressure == 0
@@ -71,30 +83,6 @@ def _v2_lines(rtl, call: dict, M: int) -> tuple[list[str], bool]:
     return lines, not exact or r.cycles == model.cycles
 
 
-def _v1_lines(rtl, call: dict, M: int, level: int) -> list[str]:
-    """The v1 engine's passes, MAC/cycle against ``pe * simd`` and the weight-bus bound."""
-    from qaccel.model.perf import nbits_call
-
-    c, r = rtl.config, rtl.last_run
-    N, bits = call["N"], call["bits"]
-    zp = call.get("zero_points")
-    zp_kind = "none" if zp is None else "packed" if zp.dtype == np.uint8 else "float"
-    model = nbits_call(c, M=M, N=N, K=call["K"], bits=bits, block_size=call["block_size"],
-                       zero_points=zp_kind, accuracy_level=level,
-                       bias=call.get("bias") is not None)
-    peak = c.pe * c.simd
-    bus_peak = min(peak, c.weight_bus_width / bits)
-    rate = r.elements / r.cycles if r.cycles else 0.0
-    return [
-        f"v1 engine (float path): {r.beats} passes ({-(-N // c.pe)} column groups x {M} "
-        f"rows), {r.elements:,} MACs",
-        f"cycles: RTL {r.cycles:,}, model (nbits_call) {model.cycles:,}",
-        f"{rate:.2f} MAC/cycle: MAC utilisation {rate / peak:.1%} of pe x simd = {peak} "
-        f"({rate / bus_peak:.1%} of the weight-bus bound {bus_peak:g} for {bits}-bit codes); "
-        f"latency {r.latency} cycles",
-    ]
-
-
 def run_report(rtl, call: dict, accuracy_level: int, *, indent: str = "  ") -> bool:
     """Run ``call`` on ``rtl`` (a :class:`qaccel.RTL` with ``check=True``), print the report;
     return whether every check passed: bit-exact with the engine's model, the errors against
@@ -104,27 +92,21 @@ def run_report(rtl, call: dict, accuracy_level: int, *, indent: str = "  ") -> b
     import qaccel
     from qaccel import onnx_models
     from qaccel.engine import RTLMismatchError
-    from qaccel.model.config import int8_path
     from qaccel.model.nbits import dequantize_nbits
 
     K = call["K"]
     A = call["A"]
     M = int(np.prod(A.shape[:-1]))
     zp = call.get("zero_points")
-    v2 = int8_path(accuracy_level, float_zero_points=zp is not None and zp.dtype != np.uint8,
-                   g_idx=call.get("g_idx") is not None)
-    model_name = "qaccel.model.nbits_hw." + ("matmul_nbits_v2" if v2 else "matmul_nbits_hw")
+    model_name = "qaccel.model.nbits_hw.matmul_nbits_v2"
     try:
         y = rtl.matmul_nbits(**call, accuracy_level=accuracy_level)
         verdict, ok = f"bit-exact with the engine's model ({model_name})", True
     except RTLMismatchError as e:
         y, verdict, ok = None, f"DIFFERENT: {e}", False
     r = rtl.last_run
-    if v2:
-        lines, cycles_ok = _v2_lines(rtl, call, M)
-        ok &= cycles_ok
-    else:
-        lines = _v1_lines(rtl, call, M, accuracy_level)
+    lines, cycles_ok = _v2_lines(rtl, call, M, accuracy_level)
+    ok &= cycles_ok
     lines += [f"{r.simulator} ({r.harness}) {r.wall_time:.1f} s wall; build "
               f"{'reused' if r.build_reused else 'compiled'}",
               f"RTL: {verdict}"]

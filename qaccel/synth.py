@@ -46,12 +46,14 @@ from qaccel.rtl.verilog import emit_verilog
 from qaccel.sim.runner import build_root, digest, file_lock
 
 __all__ = [
+    "ROUTERS",
     "TARGETS",
     "DesignDoesNotFitError",
     "SynthResult",
     "SynthToolError",
     "SynthToolNotFoundError",
     "Target",
+    "check_router",
     "missing_tools",
     "prepare_tools",
     "synthesize",
@@ -322,8 +324,17 @@ def prepare_tools(targets: tuple[str, ...] = ("ecp5-25k",)) -> float:
 # Flow
 
 
-#: nextpnr routers :func:`synthesize` can run.
+#: nextpnr routers :func:`synthesize` can run: ``router1`` (nextpnr's default) and
+#: ``router2``, which converges far sooner on large, congested designs.
 ROUTERS = ("router1", "router2")
+
+
+def check_router(router: str) -> str:
+    """Return ``router`` if it is one of :data:`ROUTERS`; ValueError naming it otherwise
+    (for callers that check their options before long work)."""
+    if not isinstance(router, str) or router not in ROUTERS:
+        raise ValueError(f"router must be one of {', '.join(ROUTERS)}, not {router!r}")
+    return router
 
 
 def _yosys_script(t: Target, name: str) -> str:
@@ -471,8 +482,7 @@ def synthesize(
     if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
         raise ValueError(f"name must be a Verilog identifier, not {name!r}")
     seed = check_int("seed", seed, 0, 2**31 - 1)
-    if router not in ROUTERS:
-        raise ValueError(f"router must be one of {', '.join(ROUTERS)}, not {router!r}")
+    check_router(router)
     if freq_mhz is None:
         freq_mhz = t.freq_mhz
     if isinstance(freq_mhz, bool) or not isinstance(freq_mhz, (int, float)):

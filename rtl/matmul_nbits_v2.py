@@ -80,7 +80,9 @@ class MatMulNBitsV2(wiring.Component):
     ``s``
         Per group and block, ``J`` beats, beat ``j`` holding lane ``f``'s column ``f + F * j``:
         ``scale`` (float32) and ``zp`` (the integer zero point, ``2 ** (bits - 1)`` when the
-        operator has none).
+        operator has none). With float zero points (``fmode = 3``) ``2 J`` beats: the ``J``
+        above with ``zp = 0``, then ``J`` more in the same order whose ``scale`` is the
+        column's ``z = f32(-scale * zero_point)`` (``zp = 0``).
     ``y``
         Per tile and group, the tile's rows in order, each ``cols`` results (float32, or
         float16 / bfloat16 by ``out_fmt`` in the low 16 bits), ``last`` on the job's last.
@@ -93,13 +95,15 @@ class MatMulNBitsV2(wiring.Component):
     ``groups``, ``bias``, ``out_fmt``, ``fmode``. ``busy`` is high from the cycle after
     ``start`` until the last ``y`` beat is transferred.
 
-    ``fmode`` (with ``config.float_path``; ignored otherwise, which needs ``m_tile`` a
-    multiple of 4): the float path of docs/matmul_nbits_v2.md, section 2, with integer or
-    no zero points. A tile then holds ``m_tile / 4`` rows of A; the row quantiser writes
-    each row in block floating point as four int8 digit rows (digit ``i`` with its scale
-    ``sa_i`` and sum), which the MAC array takes as rows; the four digit rows of a row add
-    into one accumulator per column, digit 0 opening it (with the bias) and digit 3 closing
-    it. The streams are as above with ``k`` the layout's length (g_idx: the host's padded
+    ``fmode`` (with ``config.float_path``, which needs ``m_tile`` a multiple of 4; ignored
+    otherwise): bit 0 the float path of docs/matmul_nbits_v2.md, section 2; bit 1 (with bit
+    0) its float zero points, two terms per digit and column (the weights' ``d = sum x q``,
+    then the zero point's ``d = asum`` with the scale ``z``), at half the lanes' rate. A
+    tile then holds ``m_tile / 4`` rows of A; the row quantiser writes each row in block
+    floating point as four int8 digit rows (digit ``i`` with its scale ``sa_i`` and sum),
+    which the MAC array takes as rows; the four digit rows of a row add into one
+    accumulator per column, digit 0 opening it (with the bias) and digit 3 closing it. The
+    streams are as above with ``k`` the layout's length (g_idx: the host's padded
     group-by-group layout) and ``s`` carrying each block's scale and zero point.
 
     Throughput: one MAC step (``pe * simd`` MACs for 2..4-bit weights) per cycle while ``w``
@@ -143,7 +147,7 @@ class MatMulNBitsV2(wiring.Component):
             "groups": In(unsigned(COUNT_WIDTH)),
             "bias": In(1),
             "out_fmt": In(unsigned(2)),
-            "fmode": In(1),
+            "fmode": In(unsigned(2)),
             "start": In(1),
             "busy": Out(1),
             "a": In(stream.Signature(unsigned(32))),
@@ -230,6 +234,7 @@ class MatMulNBitsV2(wiring.Component):
         # the float path (block floating point: four int8 digit rows per row of A), with
         # ``config.float_path`` only
         fmode = Signal() if cfg.float_path else Const(0, 1)
+        fzp = Signal() if cfg.float_path else Const(0, 1)     # and float zero points
         out_groups = Signal(CW)             # groups whose MAC results are all attached
         read_groups = Signal(CW)            # groups whose outputs are all read out
         cols = Mux(wide, pe // 2, pe)
@@ -250,7 +255,8 @@ class MatMulNBitsV2(wiring.Component):
                                  groups_r.eq(self.groups), bias_r.eq(self.bias),
                                  out_fmt_r.eq(self.out_fmt), row0.eq(0)]
                     if cfg.float_path:
-                        m.d.sync += fmode.eq(self.fmode)
+                        m.d.sync += [fmode.eq(self.fmode[0]),
+                                     fzp.eq(self.fmode[0] & self.fmode[1])]
                     m.next = "SIZE"
             with m.State("SIZE"):
                 kb = (k_r + bs_r - 1) >> log_bs
@@ -410,19 +416,26 @@ class MatMulNBitsV2(wiring.Component):
         ob = Signal(log_kb + 1)                    # block of the next result
         orow = Signal(range(T))                    # its row
         ob_last, orow_last = Signal(), Signal()    # ob == kb_r - 1, orow == rows_r - 1
+        ob_zero, orow_zero = Signal(init=1), Signal(init=1)     # ob == 0, orow == 0
         j = Signal(range(J))
         j_last = Signal(init=J == 1)               # j == J - 1
+        # with float zero points (fzp) a result's terms come twice: its J weight terms, then
+        # (zt) its J zero-point terms, d = asum with the s beats' scales z
+        zt = Signal() if cfg.float_path else Const(0, 1)
+        r_last = j_last & (zt | ~fzp)              # the head's last term
         go = Signal()
-        h_move = ~head_valid | (go & j_last)
+        h_move = ~head_valid | (go & r_last)
         accept = mac.o.valid & h_move
         # the next result's accumulator row (its row of A) and whether its terms open or close
         # the accumulators: in fmode its digit rows share one, opened by digit 0, closed by 3
         if cfg.float_path:
             o_arow = Mux(fmode, orow >> 2, orow)
-            o_first = (ob == 0) & (~fmode | (orow[:2] == 0))
+            o_first = ob_zero & (~fmode | (orow[:2] == 0))
             o_last = ob_last & (~fmode | (orow[:2] == 3))
         else:
-            o_arow, o_first, o_last = orow, ob == 0, ob_last
+            o_arow, o_first, o_last = orow, ob_zero, ob_last
+        o_need_s = orow_zero                       # its terms take s beats; and bias beats
+        o_need_b = bias_r & ob_zero & o_need_s
         m.d.comb += [mac.o.ready.eq(h_move),
                      blk_r.addr.eq((orow << log_kb) | ob[:log_kb]), blk_r.en.eq(h_move)]
         with m.If(h_move):
@@ -430,8 +443,7 @@ class MatMulNBitsV2(wiring.Component):
             # array's order, rather than from its block RAM FIFO's slow output)
             m.d.sync += [head_valid.eq(mac.o.valid), head_isum.eq(mac.o.payload.isum),
                          head_row.eq(o_arow), head_first.eq(o_first),
-                         head_last.eq(o_last), need_s.eq(orow == 0),
-                         need_b.eq(bias_r & (ob == 0) & (orow == 0))]
+                         head_last.eq(o_last), need_s.eq(o_need_s), need_b.eq(o_need_b)]
         head_blk = data.View(rq.blk.payload.shape(), blk_r.data)
         # a group's last result taken: counted a cycle later (only the tile's end waits on
         # out_groups, and its read-out comes later still)
@@ -441,15 +453,16 @@ class MatMulNBitsV2(wiring.Component):
             m.d.sync += out_groups.eq(out_groups + 1)
         with m.If(accept):
             with m.If(orow_last):
-                m.d.sync += [orow.eq(0), orow_last.eq(rows_r == 1),
-                             ob.eq(Mux(ob_last, 0, ob + 1)),
+                m.d.sync += [orow.eq(0), orow_last.eq(rows_r == 1), orow_zero.eq(1),
+                             ob.eq(Mux(ob_last, 0, ob + 1)), ob_zero.eq(ob_last),
                              ob_last.eq(Mux(ob_last, kb_r == 1, ob == kb_r - 2))]
                 m.d.sync += group_done.eq(ob_last)
             with m.Else():
-                m.d.sync += [orow.eq(orow + 1), orow_last.eq(orow == rows_r - 2)]
+                m.d.sync += [orow.eq(orow + 1), orow_last.eq(orow == rows_r - 2),
+                             orow_zero.eq(0)]
         with m.If(load_go):
             m.d.sync += [ob.eq(0), orow.eq(0), out_groups.eq(0), read_groups.eq(0),
-                         group_done.eq(0),
+                         group_done.eq(0), ob_zero.eq(1), orow_zero.eq(1),
                          ob_last.eq(kb_r == 1), orow_last.eq(rows_r == 1)]
 
         # -- the lanes: each MAC result as J terms per lane, in lock step -----------------------
@@ -459,7 +472,24 @@ class MatMulNBitsV2(wiring.Component):
             jj = Const(jj, len(j)) if isinstance(jj, int) else jj[:len(j)]
             return Cat(jj, row) if J & (J - 1) == 0 else row * J + jj
         m.submodules.admission = adm = LaneAdmission.for_lane(self._lanes[0])
-        valid_all = head_valid & (~need_s | self.s.valid) & (~need_b | self.b.valid)
+        # the scale and bias beats wait in a register each, so whether the term offered next
+        # has its beats is known a cycle ahead: part of the admission's candidates, whose
+        # registered verdict is `go` itself (no stream's valid on the hand-off's enables)
+        s_buf = Signal.like(self.s.payload, reset_less=True)
+        b_buf = Signal.like(self.b.payload, reset_less=True)
+        s_full, b_full = Signal(), Signal()
+        need_bt = need_b & ~zt                     # this term takes a bias beat
+        for port, buf, full, need in ((self.s, s_buf, s_full, need_s),
+                                      (self.b, b_buf, b_full, need_bt)):
+            pop = go & need
+            m.d.comb += port.ready.eq(~full | pop)
+            with m.If(port.valid & port.ready):
+                m.d.sync += buf.eq(port.payload)
+            m.d.sync += full.eq((port.valid & port.ready) | (full & ~pop))
+        # a beat there next cycle: if no term goes now (stay), or if this one goes (advance)
+        s_stay, b_stay = s_full | self.s.valid, b_full | self.b.valid
+        s_adv = Mux(need_s, self.s.valid, s_stay)
+        b_adv = Mux(need_bt, self.b.valid, b_stay)
         terms = data.ArrayLayout(self._lanes[0].i.payload.shape(), F)
         term_in = Signal(terms)
         # the terms registered beside the hand-off: the lanes' inputs come from registers
@@ -467,38 +497,58 @@ class MatMulNBitsV2(wiring.Component):
         term_r = Signal(terms, reset_less=True)
         term_v = Signal()
         m.d.sync += [term_r.eq(term_in), term_v.eq(go)]
-        m.d.comb += [go.eq(valid_all & adm.ok),
-                     self.s.ready.eq(go & need_s), self.b.ready.eq(go & need_b)]
+        m.d.comb += go.eq(adm.ok)
         with m.If(go):
             m.d.sync += [j.eq(Mux(j_last, 0, j + 1)),
                          j_last.eq(Mux(j_last, J == 1, j == J - 2))]
+            if cfg.float_path:
+                with m.If(j_last):
+                    m.d.sync += zt.eq(~zt & fzp)
         # the term offered next: if none goes now, this one (or, with no head, the next
         # result's first); if this one goes, the head's next term or the next result's first
         # (its row from the hand-off's own counter, not from the MAC array's block RAM FIFO)
-        first_of_next = (mac.o.valid, term_addr(o_arow, 0), o_first, o_last)
-        this_term = (1, term_addr(head_row, j), head_first, head_last)
-        next_term = (1, term_addr(head_row, j + 1), head_first, head_last)
-        for cand, sel, a, b in ((adm.stay, head_valid, this_term, first_of_next),
-                                (adm.advance, j_last, first_of_next, next_term)):
+        # (and only with its scale and bias beats there: `s_*` / `b_*` of its case)
+
+        def beats(n_s, n_b, s_there, b_there):
+            return (~n_s | s_there) & (~n_b | b_there)
+
+        def flags(z):
+            """A head term's (first, last) in phase ``z``."""
+            return head_first & ~z, head_last & (z | ~fzp)
+
+        first_of_next = [(mac.o.valid & beats(o_need_s, o_need_b, s_av, b_av),
+                          term_addr(o_arow, 0), o_first, o_last & ~fzp)
+                         for s_av, b_av in ((s_stay, b_stay), (s_adv, b_adv))]
+        this_term = (beats(need_s, need_bt, s_stay, b_stay), term_addr(head_row, j),
+                     *flags(zt))
+        zt_next = zt | j_last                      # (the next term of the same head)
+        j_next = Mux(j_last, 0, j + 1) if cfg.float_path else j + 1
+        next_term = (beats(need_s, need_b & ~zt_next, s_adv, b_adv),
+                     term_addr(head_row, j_next), *flags(zt_next))
+        for cand, sel, a, b in ((adm.stay, head_valid, this_term, first_of_next[0]),
+                                (adm.advance, r_last, first_of_next[1], next_term)):
             m.d.comb += [field.eq(Mux(sel, x, y)) for field, x, y in zip(
                 (cand.valid, cand.addr, cand.first, cand.last), a, b, strict=True)]
+        t_first, t_last = flags(zt)
         m.d.comb += [adm.take.eq(go), adm.beat.addr.eq(term_addr(head_row, j)),
-                     adm.beat.last.eq(head_last)]
+                     adm.beat.last.eq(t_last)]
         pairs = wide_columns(pe, F)
         replay_layout = data.StructLayout({"scale": unsigned(32), "zp": unsigned(8),
                                            "bias": unsigned(32)})
         for f, lane in enumerate(self._lanes):
-            rep = memory.Memory(shape=replay_layout, depth=J, init=[])
+            # (a term's s beat kept for the tile's other rows; 2 J entries with fzp)
+            rep = memory.Memory(shape=replay_layout, depth=2 * J if cfg.float_path else J,
+                                init=[])
             m.submodules[f"replay{f}"] = rep
             rw, rr = rep.write_port(), rep.read_port(domain="comb")
             cur = Signal(replay_layout, name=f"params{f}")
-            m.d.comb += [rr.addr.eq(j), rw.addr.eq(j), rw.en.eq(go & need_s),
+            slot = Mux(zt, j + J, j) if cfg.float_path else j
+            m.d.comb += [rr.addr.eq(slot), rw.addr.eq(slot), rw.en.eq(go & need_s),
                          cur.eq(rr.data)]
             with m.If(need_s):
-                m.d.comb += [cur.scale.eq(self.s.payload[f].scale),
-                             cur.zp.eq(self.s.payload[f].zp)]
-                with m.If(need_b):
-                    m.d.comb += cur.bias.eq(self.b.payload[f])
+                m.d.comb += [cur.scale.eq(s_buf[f].scale), cur.zp.eq(s_buf[f].zp)]
+                with m.If(need_bt):
+                    m.d.comb += cur.bias.eq(b_buf[f])
                 with m.Elif(~head_first):
                     m.d.comb += cur.bias.eq(rr.data.bias)
             m.d.comb += rw.data.eq(cur)
@@ -516,12 +566,14 @@ class MatMulNBitsV2(wiring.Component):
                                          isum_hi.eq(Mux(wide, head_isum[hi], 0))]
                         else:
                             m.d.comb += isum.eq(head_isum[c])
+            if cfg.float_path:                     # a zero-point term: d = asum (zp 0)
+                isum, isum_hi = Mux(zt, head_blk.asum, isum), Mux(zt, 0, isum_hi)
             li = term_in[f]
             m.d.comb += [li.isum.eq(isum), li.isum_hi.eq(isum_hi),
                          li.asum.eq(head_blk.asum), li.sa.eq(head_blk.sa),
                          li.sb.eq(cur.scale), li.zp.eq(cur.zp),
                          li.bias.eq(Mux(bias_r, cur.bias, 0)),
-                         li.first.eq(head_first), li.last.eq(head_last),
+                         li.first.eq(t_first), li.last.eq(t_last),
                          li.addr.eq(term_addr(head_row, j)),
                          lane.i.payload.eq(term_r[f]), lane.i.valid.eq(term_v)]
 

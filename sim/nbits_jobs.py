@@ -260,7 +260,8 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     writes each row in block floating point, four digit rows a row); g_idx is the host's
     group-by-group layout of K (:func:`~qaccel.model.nbits_hw.block_layout`: A's columns
     and B's rows permuted, groups padded to whole blocks, each block with its group's scale
-    and zero point). Float zero points are not in the RTL yet (ValueError)."""
+    and zero point); float zero points send each block's scales and then its ``z =
+    f32(-scale * zero_point)`` on ``s`` (``fmode = 3``)."""
     from qaccel.model.nbits_hw import block_layout, matmul_nbits_v2
 
     config = AccelConfig() if config is None else config
@@ -277,9 +278,7 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
                          f"{ZERO_POINTS[op.zmode]} zero points and "
                          f"{'a' if op.gidx is not None else 'no'} g_idx: build it with "
                          f"float_path=True")
-    if op.zmode == _k.ZP_FLOAT:
-        raise ValueError("float zero points are not in the v2 engine's RTL yet (the float "
-                         "path takes integer or no zero points)")
+    fzp = op.zmode == _k.ZP_FLOAT
     bs, pe, simd, T = op.block_size, config.pe, config.simd, config.m_tile
     if not 16 <= bs <= config.max_block_size:
         raise ValueError(f"block_size must be in [16, {config.max_block_size}] for this "
@@ -340,13 +339,22 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     zp = np.full((Np, kb), 1 << (op.bits - 1), np.uint64)
     if op.zmode == _k.ZP_PACKED:
         zp[:N] = unpack_zero_points(op.zpk, op.bits, op.kb)[:, group]
-    lanes = np.zeros((groups, kb, J, F), np.uint64)      # beat j, lane f: column f + F * j
+    # s beats: the scale and zero-point code; float zero points: the scale with code 0,
+    # then z = f32(-scale * zero_point) (float32, as the model) with code 0
+    entries = [sc.view(np.uint32).astype(np.uint64) | (zp << np.uint64(32))]
+    if fzp:
+        z = np.zeros((Np, kb), np.float32)
+        with np.errstate(all="ignore"):
+            z[:N] = -op.scales[:, group] * op.zpf[:, group]
+        entries = [sc.view(np.uint32).astype(np.uint64), z.view(np.uint32).astype(np.uint64)]
+    P = len(entries)                                     # beats per (block, j)
+    lanes = np.zeros((groups, kb, P, J, F), np.uint64)   # beat j, lane f: column f + F * j
     col = np.arange(J)[:, None] * F + np.arange(F)[None, :]
     real_col = col < cols
     for g in range(groups):
         c = g * cols + np.minimum(col, cols - 1)
-        entry = sc[c].view(np.uint32).astype(np.uint64) | (zp[c] << np.uint64(32))  # J, F, kb
-        lanes[g] = np.where(real_col[..., None], entry, 0).transpose(2, 0, 1)
+        for p_, entry in enumerate(entries):
+            lanes[g, :, p_] = np.where(real_col[..., None], entry[c], 0).transpose(2, 0, 1)
     s_beats = _fields(np.tile(lanes.reshape(-1, F), (len(tiles), 1)), 40)
     inputs = {"a": a32.view(np.uint32).reshape(-1).astype(np.uint64),
               "w": w_beats, "s": s_beats}
@@ -366,7 +374,8 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     order = np.array(order, np.int64).reshape(-1, 2)
     out_fmt = OUT_FORMATS.index(dtype_name(y_ref.dtype))
     regs = {"k": k_reg, "block_size": bs, "bits": op.bits, "m": M, "groups": groups,
-            "bias": int(bias is not None), "out_fmt": out_fmt, "fmode": int(fmode)}
+            "bias": int(bias is not None), "out_fmt": out_fmt,
+            "fmode": int(fmode) | (2 if fzp else 0)}
     return NBitsJobV2(regs, inputs, y2[order[:, 0], order[:, 1]], order[:, 1] < N, order,
                       y_ref.shape, y_ref.dtype, {"accuracy_level": accuracy_level})
 

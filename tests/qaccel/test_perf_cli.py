@@ -1,5 +1,5 @@
 """``qaccel perf``: the v2 engine's table (cycles, MAC/cycle, bound, bytes, time and tokens/s
-on chip and memory bound), the v1 float path, and the errors; ``--config`` / ``--preset`` on
+on chip and memory bound) on either path, and the errors; ``--config`` / ``--preset`` on
 every command that takes a configuration."""
 
 from __future__ import annotations
@@ -8,12 +8,11 @@ import pytest
 
 from qaccel import cli
 from qaccel.model.config import AccelConfig
-from qaccel.model.perf import nbits_pass, nbits_v2_call
+from qaccel.model.perf import nbits_v2_call
 from qaccel.model.presets import preset
 
-#: A v1 engine with the float path (the old default), for the float-path rows.
-V1_FLOAT = AccelConfig(pe=4, simd=8, weight_bus_width=128, float_path=True, m_tile=1,
-                       dsp_pairs=None)
+#: A v2 engine with the float path, for the float-path rows.
+FLOAT = AccelConfig(pe=8, simd=1, m_tile=8, max_k=4096, float_path=True)
 
 
 def _rows(out: str) -> list[list[str]]:
@@ -120,24 +119,41 @@ def test_perf_config_file_equals_preset(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------
-# the float path: v1's model, or a clear refusal
+# the float path: the v2 engine's, or a clear refusal
 
 
-def test_perf_float_path_is_v1(tmp_path, capsys):
-    assert cli.main(["perf", "--bits", "4", "--block-size", "32", "--level", "0", "--bias",
-                     "--config", _config_file(tmp_path, V1_FLOAT)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("the v1 engine's float path (v2 has none yet)")
-    row = lines[2].split()
-    p = nbits_pass(V1_FLOAT, K=1024, bits=4, block_size=32, accuracy_level=0, bias=True)
-    assert row[2:4] == ["float", f"{float(p.cycles):.1f}"] == ["float", "128.0"]
+@pytest.mark.parametrize(("argv", "fzp"), [(["--level", "0"], False),
+                                           (["--zero-points", "float"], True)])
+def test_perf_float_path(tmp_path, capsys, argv, fzp):
+    assert cli.main(["perf", "--bits", "4", "--block-size", "32", "--bias", *argv,
+                     "--config", _config_file(tmp_path, FLOAT)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith(
+        "MatMulNBits on the v2 engine, accuracy_level " + ("4" if fzp else "0")
+        + " (float path: four int8 digit rows per row of A"
+        + (", two terms per digit)" if fzp else ")"))
+    call = nbits_v2_call(FLOAT, M=1, N=1024, K=1024, bits=4, block_size=32, bias=True,
+                         float_path=True, float_zero_points=fzp)
+    assert _rows(out)[0][:11] == _expected(call, 100.0, 1.6)
+
+
+def test_float_zero_points_take_two_terms_per_digit():
+    """Float zero points: twice the s beats, two lane terms per digit and column (the lanes'
+    or their accumulators' bound where the int8 digits were compute bound)."""
+    kw = dict(M=2, N=64, K=1024, bits=4, block_size=16, float_path=True)
+    one, two = nbits_v2_call(FLOAT, **kw), nbits_v2_call(FLOAT, **kw, float_zero_points=True)
+    assert two.bytes["s"] == 2 * one.bytes["s"] and two.bytes["w"] == one.bytes["w"]
+    assert (one.bound, two.bound) == ("compute", "accumulator")
+    assert two.cycles > one.cycles and two.block_cycles > one.block_cycles
+    with pytest.raises(ValueError, match="float_zero_points calls take the float path"):
+        nbits_v2_call(FLOAT, **{**kw, "float_path": False}, float_zero_points=True)
 
 
 @pytest.mark.parametrize("argv", [["--level", "0"], ["--level", "3"],
                                   ["--zero-points", "float"]])
 def test_perf_float_path_without_it_is_refused(argv):
-    with pytest.raises(SystemExit, match="takes the float path, which the v2 engine does not "
-                                         "have yet and this configuration leaves out of v1"):
+    with pytest.raises(SystemExit, match="takes the float path, which this configuration "
+                                         "leaves out"):
         cli.main(["perf", "--preset", "ecp5-25k", *argv])
 
 
@@ -189,7 +205,7 @@ def test_perf_bits_the_engine_lacks_is_named(tmp_path):
 
 
 def test_perf_odd_pe_is_named(tmp_path):
-    path = _config_file(tmp_path, V1_FLOAT.replace(pe=3))
+    path = _config_file(tmp_path, FLOAT.replace(pe=3))
     with pytest.raises(SystemExit, match="qaccel perf: pe must be even for the v2 engine"):
         cli.main(["perf", "--config", path, "--bits", "4", "--block-size", "32"])
 

@@ -1,5 +1,6 @@
-"""qaccel.plots and ``qaccel report``: the figures draw the sweep's rows (not something
-else), every point lies under its engine's roofline, and the PNG files are written."""
+"""qaccel.plots and ``qaccel report``: the figures draw the sweep's rows of the v2 engine
+(not something else), every point lies under its engine's roofline, and the PNG files are
+written."""
 
 from __future__ import annotations
 
@@ -8,21 +9,23 @@ import json
 import pytest
 
 from qaccel import cli, plots, sweep
+from qaccel.model.perf import V2_BOUNDS
 from qaccel.synth import SynthResult
 
-#: K 1000 is not a multiple of 64: padding to whole blocks shows in the figures.
-GRID = {"pe": [1, 2], "simd": [4, 8], "bits": list(range(2, 9)), "block_sizes": [16, 64],
+#: K 1000 is not a multiple of 64: padding to whole blocks shows in the figures. The base is
+#: the 25F preset (m_tile 4, a budget of 12 DSP pairs).
+GRID = {"pe": [8, 16], "simd": [1, 2], "bits": list(range(2, 9)), "block_sizes": [16, 64],
         "layer": (1000, 256), "progress": False}
 PNG = b"\x89PNG\r\n\x1a\n"
+TITLES = ["pe 8 x simd 1, m_tile 4,\nall 4 MAC pairs on DSPs",
+          "pe 8 x simd 2, m_tile 4,\nall 8 MAC pairs on DSPs",
+          "pe 16 x simd 1, m_tile 4,\nall 8 MAC pairs on DSPs",
+          "pe 16 x simd 2, m_tile 4,\n12 of 16 MAC pairs on DSPs"]
 
 
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
-    from qaccel.model.config import AccelConfig
-
-    base = AccelConfig(pe=1, simd=4, weight_bus_width=32, float_path=True, m_tile=1,
-                       dsp_pairs=None)                  # v1 engines, both paths
-    return sweep.run_sweep(tmp_path_factory.mktemp("sweep"), base=base, **GRID).rows
+    return sweep.run_sweep(tmp_path_factory.mktemp("sweep"), **GRID).rows
 
 
 def _panel(fig, title):
@@ -37,20 +40,22 @@ def _line(ax, gid):
 
 def test_throughput_figure_draws_the_rows(rows):
     fig = plots.throughput_figure(rows)
-    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
-    assert titles == ["pe 1 x simd 4, bus 32", "pe 1 x simd 8, bus 32", "pe 2 x simd 4, bus 32",
-                      "pe 2 x simd 8, bus 32"]
-    for row_pe, row_simd in ((1, 4), (2, 8)):
-        ax = _panel(fig, f"pe {row_pe} x simd {row_simd}, bus 32")
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == TITLES
+    for row_pe, row_simd in ((8, 1), (16, 2)):
+        ax = _panel(fig, next(t for t in TITLES if t.startswith(f"pe {row_pe} x simd "
+                                                                  f"{row_simd},")))
         for bs in (16, 64):
             want = [r for r in rows if (r["pe"], r["simd"], r["block_size"]) ==
                     (row_pe, row_simd, bs)]
             line = _line(ax, f"block {bs}")
             assert list(line.get_ydata()) == [r["per_cycle"] for r in want]
             assert [round(x) for x in line.get_xdata()] == list(range(2, 9))
-    # the peak of each panel, and the bounds drawn as markers
-    assert _panel(fig, "pe 2 x simd 8, bus 32").get_lines()[-1].get_ydata()[0] == 16
-    assert {r["bound"] for r in rows} == {"compute", "weight bus"}
+    # the peak of each width (pe * simd, half at 5..8 bits), and the bounds drawn as markers
+    peak = _line(_panel(fig, TITLES[-1]), "peak")
+    assert list(peak.get_xdata()) == list(range(2, 9))
+    assert list(peak.get_ydata()) == [32] * 3 + [16] * 4
+    assert {r["bound"] for r in rows} == {"compute", "accumulator"}
+    assert set(plots.BOUND_MARKERS) == set(V2_BOUNDS)
 
 
 def test_every_point_lies_under_its_roofline(rows):
@@ -58,24 +63,31 @@ def test_every_point_lies_under_its_roofline(rows):
     for r in rows:
         roof = min(r["peak_per_cycle"], r["bus_bytes_per_cycle"] * r["macs_per_bus_byte"])
         assert r["per_cycle"] <= roof * (1 + 1e-12)
+        # MACs per byte of w: a nibble per MAC, two 2-bit codes, two nibbles per 5..8-bit
+        # code; K padded to whole blocks
         k_pad = -(-r["K"] // r["block_size"]) * r["block_size"]
-        if r["bound"] == "weight bus":           # on the slanted roof
-            assert r["per_cycle"] == pytest.approx(roof, rel=1e-12)
-        else:                                    # the flat roof, less K's padding
-            assert r["per_cycle"] == pytest.approx(r["peak_per_cycle"] * r["K"] / k_pad,
-                                                   rel=1e-12)
-    ax = _panel(fig, "pe 1 x simd 8, bus 32")
+        per_nibble = {2: 2, 3: 1, 4: 1}.get(r["bits"], 0.5)
+        assert r["macs_per_bus_byte"] == pytest.approx(2 * per_nibble * r["K"] / k_pad,
+                                                       rel=1e-12)
+        assert r["bus_bytes_per_cycle"] == r["pe"] * r["simd"] / 2
+        assert r["peak_per_cycle"] == r["pe"] * r["simd"] // (2 if r["bits"] > 4 else 1)
+        if r["bound"] == "compute":          # the call's fill and drain only: near the roof
+            assert r["per_cycle"] > 0.8 * roof
+    ax = _panel(fig, TITLES[2])              # pe 16 x simd 1
     x, y = _line(ax, "roof").get_data()
-    assert (x[1], y[1], y[2]) == (2.0, 8, 8)                 # ridge: 8 MAC over 4 bytes
+    assert (x[1], y[1], y[2]) == (2.0, 16, 16)               # ridge: 16 MAC over 8 bytes
+    assert list(_line(ax, "peak 8").get_ydata()) == [8, 8]   # 5..8 bits
     r = next(r for r in rows if (r["pe"], r["simd"], r["bits"], r["block_size"]) ==
-             (1, 8, 4, 16))
-    assert r["macs_per_bus_byte"] == pytest.approx(8 / 4 * 1000 / 1008)
+             (16, 1, 4, 16))
+    assert r["macs_per_bus_byte"] == pytest.approx(2 * 1000 / 1008)
     points = _line(ax, "block 16")
     assert r["per_cycle"] in list(points.get_ydata())
+    labels = sorted(t.get_text() for t in ax.texts)
+    assert labels == ["2b", "3,4b", "5,6,7,8b", "5..8 bits", "ridge 2 MAC/B"]
 
 
 def test_area_figure_draws_the_synthesised_rows(tmp_path, monkeypatch):
-    def fake(component, *, target, name, seed, freq_mhz):
+    def fake(component, *, target, name, seed, freq_mhz, router):
         size = component.config.pe * component.config.simd
         return SynthResult(name=name, target=target, part="p", lut=5000 * size, ff=100,
                            dsp=10 + size, bram=2, fmax_mhz=60.0 - size, freq_mhz=100.0,
@@ -88,13 +100,14 @@ def test_area_figure_draws_the_synthesised_rows(tmp_path, monkeypatch):
     ax_lut, ax_dsp = fig.axes[:2]
     line = _line(ax_lut, "ecp5-25k int4")
     want = sorted((r for r in synth_rows if r["bits"] == 4 and r["block_size"] == 64),
-                  key=lambda r: r["lut"])
-    assert list(line.get_xdata()) == [r["lut"] for r in want] == [20000, 40000, 40000, 80000]
+                  key=lambda r: (r["lut"], r["per_second"]))
+    assert list(line.get_xdata()) == [r["lut"] for r in want] == [40000, 80000, 80000, 160000]
     assert list(line.get_ydata()) == [r["per_second"] / 1e9 for r in want]
-    assert list(_line(ax_dsp, "ecp5-25k int8").get_xdata()) == [14, 18, 18, 26]
-    assert sorted(t.get_text() for t in ax_lut.texts) == [     # each engine labelled once
-        "pe 1 x simd 4\n56 MHz", "pe 1 x simd 8\n52 MHz", "pe 2 x simd 4\n52 MHz",
-        "pe 2 x simd 8\n44 MHz"]
+    assert list(_line(ax_dsp, "ecp5-25k int8").get_xdata()) == [18, 26, 26, 42]
+    assert sorted(t.get_text() for t in ax_lut.texts) == [         # each engine once
+        "pe 16 x 1, tile 4\nall 8 DSP pairs, 44 MHz", "pe 16 x 2, tile 4\n12/16 DSP pairs, 28 MHz",
+        "pe 8 x 1, tile 4\nall 4 DSP pairs, 52 MHz", "pe 8 x 2, tile 4\nall 8 DSP pairs, 44 MHz"]
+    assert fig.get_suptitle().endswith("MatMulNBits v2, block 64, M 1")
     with pytest.raises(ValueError, match="block_size must be one of the sweep's"):
         plots.area_figure(synth_rows, block_size=32)
     written = plots.write_report(synth_rows, tmp_path / "png")
@@ -131,9 +144,10 @@ def test_bad_input(tmp_path, rows):
     (tmp_path / "results.json").write_text(json.dumps([{"a": 1}]))
     with pytest.raises(ValueError, match="not a list of rows with a status"):
         plots.load_rows(tmp_path)
-    old = [{k: v for k, v in r.items() if k != "peak_per_cycle"} for r in rows]
-    with pytest.raises(ValueError, match="an older qaccel sweep made them"):
-        plots.roofline_figure(old)
+    for field in ("peak_per_cycle", "m_tile"):        # v1 rows lack m_tile
+        old = [{k: v for k, v in r.items() if k != field} for r in rows]
+        with pytest.raises(ValueError, match="an older qaccel sweep made them"):
+            plots.roofline_figure(old)
     with pytest.raises(ValueError, match="no matmul_nbits rows"):
         plots.throughput_figure([])
     with pytest.raises(ValueError, match="no synthesised rows"):

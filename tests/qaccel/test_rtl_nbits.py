@@ -17,9 +17,8 @@ import pytest
 import qaccel
 from qaccel import cli, onnx_models
 from qaccel.engine import RTL, RTLMismatchError
-from qaccel.model.config import AccelConfig
 from qaccel.model.nbits import dequantize_nbits
-from qaccel.model.nbits_hw import matmul_nbits_hw, matmul_nbits_v2
+from qaccel.model.nbits_hw import matmul_nbits_v2
 from qaccel.model.perf import nbits_v2_call
 from qaccel.nbits_sim import nbits_example
 from qaccel.sim.runner import missing_simulator
@@ -30,7 +29,6 @@ pytestmark = pytest.mark.skipif(missing_simulator("verilator") is not None,
 
 V2 = SHAPES["p4s2t3"]                                   # pe 4 x simd 2, row tiles of 3
 FLOAT = FLOAT_SHAPES["p4s2t4f"]                        # the same with the float path
-SMALL = AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True)   # v1, float zp
 
 
 def _call(*, K, N, M, bits, block_size, zero_points="packed", bias=True, seed=0,
@@ -116,11 +114,13 @@ def test_level4_cocotb_harness(simulator):
 
 
 def test_float_path_on_v2():
-    """Levels 0 and 3 and a g_idx call at level 4 on a configuration with float_path: the v2
-    engine's float path, bit-exact with matmul_nbits_v2, within 1e-6 * sum|a w| of the
-    golden model, one y beat per result, the model's cycles (without g_idx)."""
+    """Levels 0 and 3, a g_idx call and a float-zero-point call at level 4 on a
+    configuration with float_path: the v2 engine's float path, bit-exact with
+    matmul_nbits_v2, within 1e-6 * sum|a w| of the golden model, one y beat per result, the
+    model's cycles (without g_idx)."""
     rtl = RTL(FLOAT, check=True)
-    for level, zp, gidx in ((0, "packed", False), (3, "none", False), (4, "packed", True)):
+    for level, zp, gidx in ((0, "packed", False), (3, "none", False), (4, "packed", True),
+                            (4, "float", False)):
         call = _call(K=64, N=5, M=2, bits=4, block_size=32, zero_points=zp, seed=level)
         if gidx:
             call["g_idx"] = (np.arange(64, dtype=np.int32) * 7 % 64) // 32
@@ -133,22 +133,8 @@ def test_float_path_on_v2():
         assert (r.harness, r.elements, r.beats) == ("stream", 2 * 5 * 64, 2 * 8)  # 2 groups
         if not gidx:
             assert r.cycles == nbits_v2_call(FLOAT, M=2, N=5, K=64, bits=4, block_size=32,
-                                             float_path=True).cycles
-
-
-def test_float_zero_points_fall_back_to_v1():
-    """Float zero points on a configuration with float_path: the v1 engine (the v2 RTL has
-    no float zero points yet), bit-exact with matmul_nbits_hw, one y beat per pass."""
-    rtl = RTL(SMALL, check=True)
-    call = _call(K=64, N=5, M=2, bits=4, block_size=32, zero_points="float", seed=4)
-    y = rtl.matmul_nbits(**call, accuracy_level=4)
-    want = matmul_nbits_hw(**call, accuracy_level=4, config=SMALL)
-    np.testing.assert_array_equal(_codes(y), _codes(want))
-    assert np.all(np.abs(y - qaccel.matmul_nbits(**call, accuracy_level=4))
-                  <= 1e-6 * _bound(call))
-    r = rtl.last_run
-    assert (r.harness, r.elements, r.beats) == ("stream", 2 * 5 * 64, 2 * 3)
-    assert 0 < r.latency < r.cycles
+                                             float_path=True,
+                                             float_zero_points=zp == "float").cycles
 
 
 def test_default_engine():
@@ -197,7 +183,7 @@ def test_errors(change, match):
 
 def test_mismatch_is_reported(monkeypatch):
     """check=True compares the decoded words with the engine's model, naming the row, the
-    column and both codes (v2), or the pass, row and column (v1)."""
+    column and both codes."""
     call = _call(K=64, N=3, M=2, bits=4, block_size=32, seed=3)
 
     def fake_v2(self, engine, job):
@@ -211,17 +197,6 @@ def test_mismatch_is_reported(monkeypatch):
     with pytest.raises(RTLMismatchError, match=r"v2 engine differs from its model .* first at "
                                                r"row 0, column 0: RTL 0x00000000, model 0x"):
         RTL(V2, check=True).matmul_nbits(**call, accuracy_level=4)
-
-    def fake_v1(self, engine, job):
-        beats = np.zeros((job.passes, 2), np.uint64)
-        beats[-1, 1] = 1
-        return beats, 100, 10, False
-
-    monkeypatch.setattr(RTL, "_run_nbits_stream", fake_v1)
-    fcall = _call(K=64, N=3, M=2, bits=4, block_size=32, zero_points="float", seed=3)
-    with pytest.raises(RTLMismatchError, match=r"v1 engine differs .* in pass 0, at row 0, "
-                                               r"column 0"):
-        RTL(SMALL, check=True).matmul_nbits(**fcall, accuracy_level=4)
 
 
 def test_cli_sim_matmul_nbits(tmp_path, capsys):

@@ -1,8 +1,8 @@
 # amaranth: UnusedElaboratable=no
 """``qaccel synth`` and qaccel.hwreport: throughput in real units (the v2 engine's rates on
-chip and memory bound, the elementwise units', v1's for the sweep), the report, the preset per
-target and the packing table from canned synthesis results, the errors; the ``synth`` tests
-run the real tools."""
+chip and memory bound, the elementwise units'), the units built, the report, the preset per
+target, the router passed through and the packing table from canned synthesis results, the
+errors; the ``synth`` tests run the real tools."""
 
 from __future__ import annotations
 
@@ -14,13 +14,10 @@ from amaranth.sim import Simulator
 
 from qaccel import cli, hwreport
 from qaccel.model.config import AccelConfig
-from qaccel.model.perf import elementwise_call, nbits_call, nbits_pass, nbits_v2_call
+from qaccel.model.perf import elementwise_call, nbits_v2_call
 from qaccel.model.presets import TARGET_PRESETS, preset
 from qaccel.synth import DesignDoesNotFitError, SynthResult, missing_tools
 
-#: A small v1 engine (hwreport.throughput, the sweep's model).
-ENGINE = AccelConfig(pe=2, simd=4, weight_bus_width=128, nbits=(4,), max_block_size=32,
-                     float_path=False, m_tile=1)
 QUANTIZE = AccelConfig(lanes=1, q_inputs=("float32",), scales=("float32",), q_outputs=("int8",))
 CANNED = SynthResult(name="x", target="ecp5-25k", part="LFE5U-25F-6BG256", lut=1234, ff=567,
                      dsp=8, bram=1, fmax_mhz=50.0, freq_mhz=100.0, seed=1, wrapper_ff=80,
@@ -29,7 +26,8 @@ CANNED = SynthResult(name="x", target="ecp5-25k", part="LFE5U-25F-6BG256", lut=1
 
 
 class _Calls(list):
-    """The synthesis calls made; ``built``: (config, ecp5) of each v2 engine."""
+    """The synthesis calls made; ``built``: (config, ecp5) of each v2 engine; ``routers``:
+    the router of each call."""
 
 
 @pytest.fixture
@@ -37,14 +35,16 @@ def canned(monkeypatch):
     """Replace synthesis by CANNED (named after the call); return the calls made."""
     calls = _Calls()
 
-    def fake(component, *, target, name, seed=1, freq_mhz=None):
+    def fake(component, *, target, name, seed=1, freq_mhz=None, router="router1"):
         calls.append((type(component).__name__, target, name, seed, freq_mhz))
+        calls.routers.append(router)
         if type(component).__name__ == "MatMulNBitsV2":
             built.append((component.config, component.row_quantizer.ecp5))
         return dataclasses.replace(CANNED, name=name, target=target, seed=seed)
 
     built = []
     calls.built = built
+    calls.routers = []
 
     monkeypatch.setattr(hwreport, "synthesize", fake)
     return calls
@@ -57,50 +57,33 @@ def _config_file(tmp_path, config):
 
 
 # ---------------------------------------------------------------------------------------------
-# throughput()
-
-
-def test_throughput_matmul_combines_model_and_fmax():
-    (row,) = hwreport.throughput(ENGINE, "matmul_nbits", 100.0, layer=(4096, 1000), bits=[4],
-                                 block_sizes=[32])
-    p = nbits_pass(ENGINE, K=4096, bits=4, block_size=32)
-    assert (row.cycles, row.per_cycle, row.bound) == (1024.0, 8.0, p.bound) == (
-        float(p.cycles), p.macs_per_cycle, "compute")
-    assert row.per_second == pytest.approx(8.0 * 100e6)
-    # a GEMV: ceil(1000 / 2) = 500 passes of 1024 cycles, plus fill and drain
-    token = nbits_call(ENGINE, M=1, N=1000, K=4096, bits=4, block_size=32).cycles
-    assert 500 * 1024 < token < 500 * 1024 + 300
-    assert row.tokens_per_second == pytest.approx(100e6 / token)
-
-
-def test_throughput_matmul_default_settings():
-    rows = hwreport.throughput(ENGINE, "matmul_nbits")
-    assert [(r.bits, r.block_size) for r in rows] == [(4, 16), (4, 32)]
-    assert all(r.per_second is None and r.tokens_per_second is None for r in rows)
+# throughput() (elementwise units) and the units built
 
 
 def test_throughput_elementwise_is_one_call():
     config = QUANTIZE.replace(lanes=4)
-    (row,) = hwreport.throughput(config, "dequantize", 250.0, layer=(64, 100))
+    row = hwreport.throughput(config, "dequantize", 250.0, layer=(64, 100))
     call = elementwise_call(config, "dequantize", [(6400, 1)])
     assert (row.cycles, row.per_cycle, row.bound) == (
         call.cycles, call.elements_per_cycle, "stream")
     assert 3.9 < row.per_cycle < 4 and row.utilisation == row.per_cycle / 4
-    assert (row.per_second, row.tokens_per_second) == (row.per_cycle * 250e6, None)
+    assert row.per_second == row.per_cycle * 250e6
+    assert hwreport.throughput(config, "quantize").per_second is None
 
 
 @pytest.mark.parametrize(("kwargs", "exc", "match"), [
-    ({"unit": "conv"}, ValueError, "unit must be one of"),
+    ({"unit": "conv"}, ValueError, "unit must be one of quantize, dequantize"),
+    ({"unit": "matmul_nbits"}, ValueError, r"\(matmul_nbits: engine_rates\), not "
+                                           "'matmul_nbits'"),
     ({"fmax_mhz": 0}, ValueError, "fmax_mhz"),
     ({"fmax_mhz": "50"}, TypeError, "fmax_mhz"),
     ({"layer": (4096,)}, ValueError, "layer must be"),
     ({"layer": (0, 16)}, ValueError, "layer K"),
     ({"layer": (16, 2.5)}, TypeError, "layer N"),
-    ({"bits": [3]}, ValueError, "bits"),
 ])
 def test_throughput_errors(kwargs, exc, match):
     with pytest.raises(exc, match=match):
-        hwreport.throughput(ENGINE, **{"unit": "matmul_nbits", **kwargs})
+        hwreport.throughput(QUANTIZE, **{"unit": "quantize", **kwargs})
 
 
 def test_hw_report_config_error():
@@ -108,9 +91,32 @@ def test_hw_report_config_error():
         hwreport.hw_report({"pe": 2})
 
 
-def test_build_unit_error():
-    with pytest.raises(ValueError, match="unit must be one of"):
-        hwreport.build_unit("matmul", ENGINE)
+def test_build_unit_matmul_is_v2():
+    """The v2 engine with ECP5 primitives, as qaccel synth builds it, with the float path
+    when the configuration has it (qaccel verilog's rule, NBitsAxisTop)."""
+    small = preset("ecp5-25k").replace(pe=4)
+    v2 = hwreport.build_unit("matmul_nbits", small)
+    assert (type(v2).__name__, v2.config, v2.row_quantizer.ecp5) == ("MatMulNBitsV2", small,
+                                                                      True)
+    fp = small.replace(float_path=True)
+    assert hwreport.build_unit("matmul_nbits", fp).row_quantizer.bfp
+    assert type(hwreport.build_unit("dequantize", QUANTIZE)).__name__ == "Dequantize"
+
+
+def test_weight_bus_bits_is_the_engines_w_stream():
+    for config in (preset("ecp5-25k"), preset("ecp5-25k").replace(pe=6, simd=4)):
+        engine = hwreport.build_nbits_v2(config)
+        width = engine.signature.members["w"].signature.members["payload"].shape.width
+        assert hwreport.weight_bus_bits(config) == width == 4 * config.pe * config.simd
+
+
+@pytest.mark.parametrize(("unit", "config", "exc", "match"), [
+    ("matmul", QUANTIZE, ValueError, "unit must be one of"),
+    ("quantize", {"lanes": 1}, TypeError, "config must be an AccelConfig"),
+])
+def test_build_unit_errors(unit, config, exc, match):
+    with pytest.raises(exc, match=match):
+        hwreport.build_unit(unit, config)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,7 +144,7 @@ def test_synth_cli_matmul_report(canned, capsys):
             "--block-size", "16,32", "--seed", "3", "--freq", "80"]
     assert cli.main(argv) == 0
     assert canned == [("MatMulNBitsV2", "ecp5-45k", "matmul_nbits", 3, 80.0)]
-    assert canned.built == [(preset("ecp5-25k"), True)]
+    assert canned.built == [(preset("ecp5-25k"), True)] and canned.routers == ["router1"]
     out = capsys.readouterr().out.splitlines()
     assert "LUT4 1234  FF 567  DSP 8  BRAM 1  Fmax 50.0 MHz" in out[1]
     assert out[2] == "  critical path: 20.00 ns (5.00 ns logic, 15.00 ns routing)"
@@ -234,11 +240,32 @@ def test_synth_cli_memory_bound(canned, capsys):
     (["--block-size", "48"], "argument --block-size: block sizes are powers of two from 16"),
     (["--preset", "ecp5-25k", "--config", "c.json"],
      "argument --config: not allowed with argument --preset"),
+    (["--router", "router3"], "argument --router: invalid choice: 'router3' (choose from "
+                              "'router1', 'router2')"),
+    (["--packing", "--router", "2"], "argument --router: invalid choice: '2'"),
 ])
 def test_synth_cli_bad_option(argv, message, canned, capsys):
     with pytest.raises(SystemExit):
         cli.main(["synth", *argv])
     assert message in capsys.readouterr().err and canned == []
+
+
+@pytest.mark.parametrize("argv", [["--target", "ecp5-85k", "--router", "router2"],
+                                  ["--unit", "quantize", "--router", "router2"]])
+def test_synth_cli_router_reaches_synthesize(argv, canned, capsys):
+    """--router goes to synthesize (router1 unless told: its builds keep their cache keys)."""
+    assert cli.main(["synth", *argv, "--bits", "4", "--block-size", "32"]) == 0
+    assert cli.main(["synth", *argv[:-2], "--bits", "4", "--block-size", "32"]) == 0
+    assert canned.routers == ["router2", "router1"]
+    assert "with nextpnr's router2 (a cached result" in capsys.readouterr().err
+
+
+def test_hw_report_checks_the_router_before_synthesis(canned):
+    for unit in ("matmul_nbits", "dequantize"):
+        with pytest.raises(ValueError, match="router must be one of router1, router2, not "
+                                             "'router3'"):
+            hwreport.hw_report(preset("ecp5-25k"), unit=unit, router="router3")
+    assert canned == []
 
 
 @pytest.mark.parametrize(("argv", "match"), [
@@ -357,13 +384,18 @@ def test_synth_cli_bad_layer(capsys):
 
 
 def test_synth_cli_packing_table(monkeypatch, capsys):
-    def fake(component, *, target, name):
+    routers = []
+
+    def fake(component, *, target, name, router):
+        routers.append(router)
         bits = int(name.rsplit("_w", 1)[1])
         return dataclasses.replace(CANNED, name=name, target=target, dsp=8 if bits > 2 else 0,
                                    lut=400 + 100 * (bits == 2))
 
     monkeypatch.setattr(hwreport, "synthesize", fake)
-    assert cli.main(["synth", "--packing", "--target", "up5k", "--bits", "2,8"]) == 0
+    assert cli.main(["synth", "--packing", "--target", "up5k", "--bits", "2,8", "--router",
+                     "router2"]) == 0
+    assert routers == ["router2", "router2"]
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[:7] for line in out[2:4]] == [
         ["up5k", "int2", "8", "0", "-", "500", "62.5"],
@@ -372,9 +404,11 @@ def test_synth_cli_packing_table(monkeypatch, capsys):
                         "  Xilinx DSP48E2, WP521: int4 x int4, 4 MACs per DSP"]
 
 
-def test_mac_packing_widths_error():
+def test_mac_packing_errors():
     with pytest.raises(ValueError, match="widths"):
         hwreport.mac_packing(["ecp5-25k"], [1])
+    with pytest.raises(ValueError, match="router must be one of router1, router2, not None"):
+        hwreport.mac_packing(["ecp5-25k"], [4], router=None)
 
 
 def test_undriven_dsp_inputs(tmp_path):

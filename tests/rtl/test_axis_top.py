@@ -76,26 +76,18 @@ def test_write_verilog_matmul_nbits(tmp_path):
     assert desc["timing"]["mac"] > 0 and len(desc["wide_columns"]) == config.pe // 2
 
 
-def test_write_verilog_matmul_nbits_v1(tmp_path):
-    """A configuration with the float path still gets the v1 engine (until v2 has one):
-    four input streams, y, cfg registers."""
-    config = AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True, m_tile=1,
-                         dsp_pairs=None)
+def test_write_verilog_matmul_nbits_float_path(tmp_path):
+    """A configuration with the float path gets the v2 engine with it: the same ports, a
+    2-bit fmode register, the fmode codes in the description."""
+    config = AccelConfig(pe=4, simd=2, m_tile=4, max_k=1024, float_path=True)
     write_verilog(config, tmp_path, ops=("matmul_nbits",))
-    text = (tmp_path / "qaccel_matmul_nbits.v").read_text()
-    header = text.split("module qaccel_matmul_nbits(")[1].split(");")[0]
-    ports = {p.strip() for p in header.split(",")}
-    want = {f"s_axis_{s}_{f}" for s in "awsz" for f in ("tdata", "tvalid", "tready")}
-    want |= {"m_axis_y_tdata", "m_axis_y_tlast", "m_axis_y_tvalid", "m_axis_y_tready",
-             "cfg_k", "cfg_block_size", "cfg_bits", "cfg_passes", "cfg_int8", "cfg_zp_mode",
-             "cfg_bias", "cfg_out_fmt", "cfg_start", "busy", "clk", "rst"}
-    assert ports == want
     desc = json.loads((tmp_path / "qaccel_matmul_nbits.json").read_text())
-    assert desc["engine"] == "v1"
+    assert desc["engine"] == "v2" and desc["config"]["float_path"] is True
     widths = {p["name"]: p["width"] for p in desc["ports"]}
-    assert widths["s_axis_w_tdata"] == 32 and widths["m_axis_y_tdata"] == 64
-    assert [f["name"] for f in desc["tdata"]["s"]] == ["scale.0", "scale.1", "zero.0",
-                                                       "zero.1"]
+    assert widths["cfg_fmode"] == 2 and widths["s_axis_w_tdata"] == 4 * 4 * 2
+    assert desc["fmode"] == {"int8 path": 0, "float path": 1,
+                             "float path, float zero points": 3}
+    assert "module qaccel_matmul_nbits(" in (tmp_path / "qaccel_matmul_nbits.v").read_text()
 
 
 def test_axis_top_errors():

@@ -54,6 +54,8 @@ def make_job(config, bits, block_size, K, N, zp_kind, bias, M, seed=None, *, lev
     W = rng.standard_normal((K, N)).astype(np.float32)
     B, S, Z = quantize_weights_nbits(W, bits=bits, block_size=block_size,
                                      symmetric=zp_kind == "none")
+    if zp_kind == "float":             # float zero points: anywhere in the codes' range
+        Z = rng.uniform(0, (1 << bits) - 1, S.shape).astype(np.float32)
     A = rng.standard_normal((M, K)).astype(np.float32)
     A[:, : min(K, block_size)] *= 1e-3                 # a block of another scale
     b = rng.standard_normal(N).astype(np.float32) if bias else None
@@ -68,7 +70,8 @@ def make_job(config, bits, block_size, K, N, zp_kind, bias, M, seed=None, *, lev
                         f"{' bias' if bias else ''} level {level}{' g_idx' if gidx else ''}"
     job.meta["cycles"] = nbits_v2_call(config, M=M, N=N, K=job.regs["k"], bits=bits,
                                        block_size=block_size,
-                                       float_path=bool(job.regs["fmode"])).cycles
+                                       float_path=bool(job.regs["fmode"] & 1),
+                                       float_zero_points=bool(job.regs["fmode"] & 2)).cycles
     return job
 
 
@@ -155,8 +158,8 @@ def test_illegal_shapes_are_rejected():
         MatMulNBitsV2("p4s2")
     with pytest.raises(ValueError, match="K must be at most config.max_k"):
         make_job(SHAPES["p8s1t2"], 4, 32, 600, 2, "none", False, 1)
-    # an engine without the float path takes int8-path calls only; float zero points are
-    # not in the RTL yet; the float path needs m_tile a multiple of 4
+    # an engine without the float path takes int8-path calls only; the float path needs
+    # m_tile a multiple of 4
     W = np.random.default_rng(0).standard_normal((64, 16)).astype(np.float32)
     B, S, Z = quantize_weights_nbits(W, bits=4, block_size=32, symmetric=False)
     A = np.ones((1, 64), np.float32)
@@ -164,9 +167,6 @@ def test_illegal_shapes_are_rejected():
         with pytest.raises(ValueError, match="int8 path only"):
             nbits_job_v2(A, B, S, zp, K=64, N=16, bits=4, block_size=32,
                          accuracy_level=level, config=SHAPES["p8s1t2"])
-    with pytest.raises(ValueError, match="float zero points are not in the v2 engine's RTL"):
-        nbits_job_v2(A, B, S, S.astype(np.float32), K=64, N=16, bits=4, block_size=32,
-                     accuracy_level=0, config=FLOAT_SHAPES["p8s1t8f"])
     with pytest.raises(ValueError, match="m_tile must be a multiple of 4 .* not 6"):
         MatMulNBitsV2(AccelConfig(pe=8, m_tile=6, float_path=True))
 
@@ -230,15 +230,19 @@ FLOAT_CASES = [
     (4, 32, 150, 7, "packed", True, 2, 4, True),      # g_idx: the host's group layout
     (3, 16, 70, 4, "none", False, 3, 0, True),
     (4, 16, 64, 8, "packed", True, 2, 4, False),      # an int8-path call on the same engine
+    (4, 32, 100, 5, "float", True, 3, 4, False),      # float zero points: two terms a digit
+    (2, 16, 40, 9, "float", False, 1, 0, False),
+    (7, 64, 130, 3, "float", True, 2, 1, False),
+    (4, 16, 70, 4, "float", True, 2, 4, True),        # and g_idx
 ]
 
 
 @pytest.mark.parametrize("shape", sorted(FLOAT_SHAPES))
 def test_float_path_bit_exact_under_pauses(shape):
-    """The float path (levels 0..3, g_idx) and the int8 path on one engine: every y word
-    bit-exact with matmul_nbits_v2 under random idle cycles and back-pressure (0.3 / 0.3),
-    the jobs back to back in one run; then without pauses, each call's cycles those of
-    nbits_v2_call(float_path=...)."""
+    """The float path (levels 0..3, g_idx, float zero points) and the int8 path on one
+    engine: every y word bit-exact with matmul_nbits_v2 under random idle cycles and
+    back-pressure (0.3 / 0.3), the jobs back to back in one run; then without pauses, each
+    call's cycles those of nbits_v2_call(float_path=..., float_zero_points=...)."""
     config = FLOAT_SHAPES[shape]
     jobs = [make_job(config, *c[:7], level=c[7], gidx=c[8]) for c in FLOAT_CASES]
     run_jobs(config, jobs, idle=0.3, backpressure=0.3, seed=5)

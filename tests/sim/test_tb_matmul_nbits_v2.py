@@ -53,11 +53,13 @@ ICARUS_CASES = [
 RESET_CASE = (4, 16, 48, 5, "packed", True, 4)
 #: The float path (block floating point) on the engine with it (pe 4 x simd 2, tiles of one
 #: row of four digit rows): bits, block_size, K, N, zero points, bias, M, accuracy_level,
-#: g_idx. Icarus takes the first two.
+#: g_idx. Icarus takes the first three (float zero points the third).
 FLOAT_CONFIG = FLOAT_SHAPES["p4s2t4f"]
 FLOAT_CASES = [
     (4, 16, 48, 5, "packed", True, 2, 0, False),
     (4, 32, 70, 3, "none", False, 1, 4, True),
+    (4, 16, 40, 5, "float", True, 1, 4, False),       # float zero points: two terms a digit
+    (8, 32, 70, 3, "float", False, 2, 0, True),
     (8, 16, 40, 4, "packed", True, 2, 2, False),
     (2, 64, 100, 5, "none", True, 1, 0, True),
     (4, 16, 48, 5, "packed", False, 2, 4, False),     # an int8-path job on the same engine
@@ -152,13 +154,15 @@ def test_icarus_jobs_under_pauses():
 
 @pytest.mark.parametrize("simulator", ["verilator", "icarus"])
 def test_float_path_jobs_under_pauses(simulator):
-    """Float-path jobs (levels 0 and 2, g_idx) and an int8-path job back to back on
-    the engine with the float path, every word bit-exact with matmul_nbits_v2."""
+    """Float-path jobs (levels 0 and 2, g_idx, float zero points) and an int8-path job back
+    to back on the engine with the float path, every word bit-exact with matmul_nbits_v2."""
     if missing_simulator(simulator):
         pytest.skip(missing_simulator(simulator))
-    cases = FLOAT_CASES if simulator == "verilator" else FLOAT_CASES[:2]
+    cases = FLOAT_CASES if simulator == "verilator" else FLOAT_CASES[:3]
     jobs = [make_job(FLOAT_CONFIG, *c[:7], level=c[7], gidx=c[8]) for c in cases]
-    assert [j.regs["fmode"] for j in jobs] == [int(c[7] < 4 or c[8]) for c in cases]
+    fzp = [c[4] == "float" for c in cases]
+    assert [j.regs["fmode"] for j in jobs] == [int(c[7] < 4 or c[8] or z) | 2 * z
+                                               for c, z in zip(cases, fzp, strict=True)]
     run(jobs, simulator, config=FLOAT_CONFIG, seed=9)
 
 
