@@ -119,33 +119,30 @@ class AccelConfig:
         Quotient bits per pipeline stage of the divider: 1, 2 or 4 (latency against logic
         depth).
     pe : int
-        MatMulNBits engine: output columns computed in parallel (1..128; the v1 engine takes
-        up to 64, the v2 engine an even number).
+        MatMulNBits engine: output columns computed in parallel (1..128; the engine takes an
+        even number).
     simd : int
         MatMulNBits engine: K elements per cycle per column, one of :data:`SIMD`; a run-time
         block_size must be at least ``simd``.
     weight_bus_width : int
-        MatMulNBits engine: bits of packed weights per cycle, shared by the ``pe`` columns
-        (a power of two, ``8 * pe`` to 2048). The weight stream bounds the MAC rate at
-        ``weight_bus_width / (pe * bits)`` elements per column and cycle.
+        The weight bus of the v1 MatMulNBits engine (removed, docs/matmul_nbits_engine.md);
+        unused, kept so that configuration files keep their format. Still validated: a power
+        of two, ``8 * pe`` to 2048 and at most ``256 * pe``.
     nbits : tuple of int
         MatMulNBits weight widths carried (subset of :data:`NBITS`).
     partial_sums : int
-        MatMulNBits engine: each float32 accumulator is split into this many partial sums,
-        used in turn and added up at the end (1..16); this fixes the accumulation order (see
-        :mod:`qaccel.model.nbits_hw`). A partial sum takes its next operand only when the
-        adder (:class:`~qaccel.rtl.binary32.Binary32`, latency 7) is done with the previous
-        one (8 cycles), so fewer than 8 partial sums slow down accumulations that receive an
-        operand every cycle.
+        The partial sums per float32 accumulator of the v1 MatMulNBits engine (removed,
+        docs/matmul_nbits_engine.md); unused, kept so that configuration files keep their
+        format (1..16).
     max_block_size : int
         MatMulNBits engine: the largest run-time block_size (a power of two, 16 to 1024);
         it sizes the activation buffer and the integer block sums.
     float_path : bool
-        MatMulNBits engine v1: carry the float32 path (accuracy levels 0..3, float zero
-        points, g_idx) beside the int8 path (accuracy level 4). Without it the engine is much
-        smaller and takes int8-path jobs only. :class:`qaccel.RTL` runs float-path calls on
-        the v1 engine of a configuration with ``float_path`` (until the v2 engine's float
-        path lands) and refuses them without it.
+        MatMulNBits engine: carry the float path (accuracy levels 0..3, float zero points,
+        g_idx: block floating point, four int8 digit rows per row of A;
+        docs/matmul_nbits_v2.md, section 2) beside the int8 path (accuracy level 4 with
+        integer or no zero points). Without it the engine is smaller and takes int8-path
+        jobs only; :class:`qaccel.RTL` refuses float-path calls on it.
     m_tile : int
         MatMulNBits engine v2 (docs/matmul_nbits_v2.md): rows of A that share each weight
         fetch (1..16); the on-chip activation buffer holds this many rows.
@@ -160,10 +157,7 @@ class AccelConfig:
         and equals ``AccelConfig(pe=4, simd=2, dsp_pairs=None)``).
 
     The MatMulNBits defaults are the ``ecp5-25k`` v2 engine (``pe`` 32, ``simd`` 1,
-    ``weight_bus_width`` 256, ``m_tile`` 4, ``max_k`` 4096, ``dsp_pairs`` 12, no float path).
-    The v1 engine (:class:`~qaccel.rtl.matmul_nbits.MatMulNBits`, the float path until v2's
-    lands) is far too large at that shape: give it a small configuration of its own, e.g.
-    ``AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True)``.
+    ``m_tile`` 4, ``max_k`` 4096, ``dsp_pairs`` 12, no float path).
     """
 
     lanes: int = 1

@@ -243,7 +243,7 @@ def _sim_nbits(args) -> int:
     print(f"RTL matmul-nbits: A ({args.M} x {args.K}) float32, W int{args.bits} block "
           f"{args.block_size or 32} ({args.zero_points} zero points{', bias' if args.bias else ''}"
           f"), N {args.N}, accuracy_level {args.level}; engine pe {config.pe} x simd "
-          f"{config.simd}, weight bus {config.weight_bus_width} bits, on {args.simulator}",
+          f"{config.simd}, row tiles of {config.m_tile}, on {args.simulator}",
           flush=True)
     try:
         ok = run_report(rtl, call, args.level)
@@ -431,7 +431,8 @@ def _synth_packing(args) -> int:
               file=sys.stderr) as bar:
         rows = hwreport.mac_packing(targets, bits, router=args.router,
                                     progress=lambda _row: bar.update())
-    print("MAC array pe 2 x simd 4 (8 int8 x intN MACs per cycle), weight codes of each width")
+    print("packed MAC array pe 2 x simd 4 (4 two-MAC multipliers: 8 MACs per cycle at 2..4 "
+          "bits, 4 at 5..8), weight codes of each width")
     print(hwreport.format_packing(rows))
     return 0
 

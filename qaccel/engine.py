@@ -403,13 +403,13 @@ class RTL:
     def _nbits_stream_sim(engine):
         """The engine's StreamSim, built (or found) on first use; returns (sim, built)."""
         from qaccel.sim.elementwise_sim import design_key
-        from qaccel.sim.nbits_sim import nbits_name
+        from qaccel.sim.nbits_sim import NBITS_NAME
         from qaccel.sim.streamsim import StreamSim
 
         sim = _STREAM_SIMS.get(id(engine))
         if sim is not None:
             return sim, False
-        sim = _STREAM_SIMS[id(engine)] = StreamSim(engine, name=nbits_name(engine),
+        sim = _STREAM_SIMS[id(engine)] = StreamSim(engine, name=NBITS_NAME,
                                                    design_key=design_key(engine))
         return sim, sim.built
 

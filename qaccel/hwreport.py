@@ -19,9 +19,9 @@ its LUT, FF, DSP, BRAM, Fmax and critical path with rates at the achieved Fmax:
 :mod:`qaccel.sweep` evaluates the same figures over a grid of engines (:func:`build_unit`,
 :func:`engine_rates`, :func:`throughput`).
 
-:func:`mac_packing` measures how many MACs the engine's int8 x intN MAC array
-(:class:`~qaccel.rtl.mac_array.MacArray`) gets per DSP block for each weight width, next to
-Xilinx's DSP48E2 packings (:data:`REFERENCE_PACKINGS`). :func:`format_report`,
+:func:`mac_packing` measures how many MACs the engine's packed MAC array
+(:class:`~qaccel.rtl.packed_mac_array.PackedMacArray`) gets per DSP block for each weight width,
+next to Xilinx's DSP48E2 packings (:data:`REFERENCE_PACKINGS`). :func:`format_report`,
 :func:`format_rates` and :func:`format_packing` render them as text (``qaccel synth``,
 ``qaccel perf``).
 """
@@ -426,35 +426,58 @@ def engine_summary(config: AccelConfig) -> str:
 
 
 class _CodeWidthMac(wiring.Component):
-    """:class:`~qaccel.rtl.mac_array.MacArray` fed ``bits``-bit weight codes (the upper code
-    bits tied to 0): the MAC array as an engine carrying one weight width would build it."""
+    """:class:`~qaccel.rtl.packed_mac_array.PackedMacArray` fed ``bits``-bit weight codes as
+    the v2 engine feeds it: a code of 2..4 bits is one column's nibble (its upper bits tied
+    to 0, as an array carrying that width only would get it), a code of 5..8 bits takes two
+    columns (here its low nibble in column ``2c`` and its high nibble in column ``2c + 1``;
+    which two columns the engine takes, :func:`~qaccel.rtl.matmul_nbits_v2.wide_columns`,
+    does not change the multiplier count; its lanes add the sums as ``lo + 16 * hi``). So a step
+    takes ``cols = pe`` codes per lane at 2..4 bits and ``pe / 2`` at 5..8: :attr:`macs`
+    ``= cols * simd`` MACs of ``bits``-bit weights per cycle."""
 
-    def __init__(self, *, pe: int, simd: int, max_block: int, bits: int):
-        from qaccel.rtl.mac_array import MacArray
+    def __init__(self, *, pe: int, simd: int, max_block: int, bits: int, ecp5: bool = False):
+        from qaccel.rtl.packed_mac_array import PackedMacArray
 
-        self._mac = MacArray(pe=pe, simd=simd, max_block=max_block)
+        self._mac = PackedMacArray(pe=pe, simd=simd, max_block=max_block, ecp5=ecp5)
+        self._bits = bits
+        self._cols = pe if bits <= 4 else pe // 2
+        self._simd = simd
         members = self._mac.signature.members
-        codes = data.ArrayLayout(data.ArrayLayout(unsigned(bits), simd), pe)
-        super().__init__({"a": members["a"], "w": In(stream.Signature(codes)),
-                          "o": members["o"], "busy": members["busy"]})
+        i = members["i"].signature.members["payload"].shape
+        codes = data.ArrayLayout(data.ArrayLayout(unsigned(bits), simd), self._cols)
+        layout = data.StructLayout({"qa": i["qa"].shape, "w": codes, "row": i["row"].shape,
+                                    "first": i["first"].shape, "last": i["last"].shape})
+        super().__init__({"i": In(stream.Signature(layout)), "o": members["o"],
+                          "busy": members["busy"]})
+
+    @property
+    def macs(self) -> int:
+        """MACs of ``bits``-bit weights per cycle."""
+        return self._cols * self._simd
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.mac = mac = self._mac
-        wiring.connect(m, wiring.flipped(self.a), mac.a)
         wiring.connect(m, mac.o, wiring.flipped(self.o))
-        m.d.comb += [self.busy.eq(mac.busy), mac.w.valid.eq(self.w.valid),
-                     self.w.ready.eq(mac.w.ready)]
-        for p, column in enumerate(self.w.payload):
-            m.d.comb += [mac.w.payload[p][j].eq(code) for j, code in enumerate(column)]
+        src, dst = self.i.payload, mac.i.payload
+        m.d.comb += [self.busy.eq(mac.busy), mac.i.valid.eq(self.i.valid),
+                     self.i.ready.eq(mac.i.ready), dst.qa.eq(src.qa), dst.row.eq(src.row),
+                     dst.first.eq(src.first), dst.last.eq(src.last)]
+        for c, column in enumerate(src.w):
+            for j, code in enumerate(column):
+                if self._bits <= 4:
+                    m.d.comb += dst.w[c][j].eq(code)
+                else:
+                    m.d.comb += [dst.w[2 * c][j].eq(code[:4]), dst.w[2 * c + 1][j].eq(code[4:])]
         return m
 
 
 @dataclass(frozen=True)
 class Packing:
-    """The MAC array's DSP use for one weight width on one target (``macs = pe * simd``
-    multipliers; ``lut`` counts the whole wrapped array: multipliers mapped to logic, adder
-    trees, accumulators, output FIFO, timing wrapper). ``undriven_dsp`` as in
+    """The packed MAC array's DSP use for one weight width on one target (``macs``: MACs of
+    ``bits``-bit weights per cycle, ``pe * simd`` at 2..4 bits and half that at 5..8, whose
+    codes take two nibble columns; ``lut`` counts the whole wrapped array: LUT multipliers if
+    any, adder trees, accumulators, output FIFO, timing wrapper). ``undriven_dsp`` as in
     :class:`HwReport`: nonzero means the DSP count is a mis-mapping, not a packing."""
 
     target: str
@@ -478,25 +501,32 @@ class Packing:
 def mac_packing(targets: Iterable[str] = ("ecp5-25k", "up5k"), widths: Iterable[int] = NBITS,
                 *, pe: int = 2, simd: int = 4, max_block: int = 16, router: str = "router1",
                 progress: Callable[[Packing], None] | None = None) -> list[Packing]:
-    """Synthesise the MAC array (``pe`` x ``simd`` multipliers, blocks up to ``max_block``)
-    for each target and weight width (nextpnr's ``router``) and return its DSP and LUT use.
+    """Synthesise the v2 engine's packed MAC array (``pe`` columns x ``simd`` lanes of 4-bit
+    nibbles, two nibble MACs per multiplier, every multiplier a DSP slot, blocks up to
+    ``max_block``; with ECP5 primitives on ECP5 targets, as the engine is built) for each
+    target and weight width (nextpnr's ``router``) and return its DSP and LUT use.
 
-    The engine as built carries 8-bit codes into the array whatever the run-time width (its
-    figure is the 8-bit row); the other rows tie the upper code bits to 0, which is what an
-    array specialised to that width would get. ``progress`` is called after each synthesis.
+    The engine's array takes nibbles whatever the run-time width: its figures are the int4
+    row (``pe * simd`` MACs) and the int8 row (half: a code in two columns); the int2 / int3
+    rows tie the upper nibble bits to 0, which is what an array carrying only that width
+    would get. ``progress`` is called after each synthesis.
     """
     check_router(router)
-    widths = list(widths)
+    targets, widths = list(targets), list(widths)
+    for t in targets:
+        if not isinstance(t, str) or t not in TARGETS:
+            raise ValueError(f"targets must be in {', '.join(TARGETS)}, not {t!r}")
     for b in widths:
         if isinstance(b, bool) or b not in NBITS:
             raise ValueError(f"widths must be in {NBITS}, not {b!r}")
     rows = []
     for target in targets:
         for b in widths:
-            unit = _CodeWidthMac(pe=pe, simd=simd, max_block=max_block, bits=b)
-            r = synthesize(unit, target=target, name=f"mac_array_p{pe}s{simd}_w{b}",
+            unit = _CodeWidthMac(pe=pe, simd=simd, max_block=max_block, bits=b,
+                                 ecp5=TARGETS[target].family == "ecp5")
+            r = synthesize(unit, target=target, name=f"packed_mac_array_p{pe}s{simd}_w{b}",
                            router=router)
-            row = Packing(target, b, pe * simd, r.dsp, r.lut, r.fmax_mhz,
+            row = Packing(target, b, unit.macs, r.dsp, r.lut, r.fmax_mhz,
                           undriven_dsp_inputs(r))
             rows.append(row)
             if progress is not None:

@@ -6,13 +6,14 @@ v2 engine (:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2` with ECP5 primitiv
 cycle, ``dsp_pairs`` how many two-MAC multiplier slots sit on MULT18X18D (a budget: None or
 at least ``pe * simd / 2`` means all of them), ``m_tile`` rows of A sharing each weight
 fetch (it matters for calls of ``M > 1`` rows). The engine of a point is the base
-configuration with those four fields (and a ``weight_bus_width`` valid for its ``pe``, a v1
-field the v2 engine does not use); ``bits`` and ``block_size`` are run-time registers, so
-one engine serves them all, and a setting the engine does not carry (``nbits``,
-``max_block_size``) fails its point. A point of ``quantize`` / ``dequantize`` is (target,
-lanes). Fields that do not apply to a unit are empty. The base configuration is ``base``,
-else for ``matmul_nbits`` the preset sized for each target
-(:data:`qaccel.model.presets.TARGET_PRESETS`, as ``qaccel synth``), else ``AccelConfig()``.
+configuration with those four fields (and a ``weight_bus_width`` valid for its ``pe``, a
+field of the removed v1 engine that is unused but still validated); ``bits`` and
+``block_size`` are run-time registers, so one engine serves them all, and a setting the
+engine does not carry (``nbits``, ``max_block_size``) fails its point. A point of
+``quantize`` / ``dequantize`` is (target, lanes). Fields that do not apply to a unit are
+empty. The base configuration is ``base``, else for ``matmul_nbits`` the preset sized for
+each target (:data:`qaccel.model.presets.TARGET_PRESETS`, as ``qaccel synth``), else
+``AccelConfig()``.
 
 :func:`run_sweep` evaluates the points and writes ``results.json`` and ``results.csv``
 (columns :data:`COLUMNS`) in the output folder after every finished task, so a sweep can be

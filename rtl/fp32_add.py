@@ -88,7 +88,7 @@ class Fp32Add(wiring.Component):
     """``y = f32(a + b)`` (``f32(a - b)`` when ``sub``) on float32 bit patterns, as NumPy's
     float32 arithmetic gives it on x86-64.
 
-    The arithmetic contract is that of :class:`~qaccel.rtl.binary32.Binary32`: the exact sum
+    The arithmetic contract (that of the v1 engine's ``Binary32`` unit): the exact sum
     rounded to nearest even, IEEE overflow to infinity, gradual underflow (subnormal
     operands and results), and the special values of x86-64 SSE: ``inf - inf`` gives the
     default NaN ``0xFFC00000``; a NaN operand gives a NaN with that operand's sign (``a``'s
@@ -117,7 +117,7 @@ class Fp32Add(wiring.Component):
 
     Measured alone on an LFE5U-25F speed 6 (:func:`qaccel.synth.synthesize`, the wrapper
     included): 760 LUT4, 546 FF, no DSP, 167-174 MHz over nextpnr seeds 1-3
-    (Binary32 ``add``: 1,396 LUT4, 53.8 MHz).
+    (the v1 engine's ``Binary32`` ``add``: 1,396 LUT4, 53.8 MHz).
 
     Latency: :attr:`latency` = 8 cycles from ``a``/``b`` to ``y``; one result per cycle (a
     new operand pair every cycle), no handshake and no reset needed (a stream wrapper or a

@@ -27,7 +27,7 @@ class Fp32Mul(wiring.Component):
     """``y = f32(a * b)`` on float32 bit patterns, as NumPy's float32 arithmetic gives it on
     x86-64.
 
-    The arithmetic contract is that of :class:`~qaccel.rtl.binary32.Binary32`: the exact
+    The arithmetic contract (that of the v1 engine's ``Binary32`` unit): the exact
     product rounded to nearest even, IEEE overflow to infinity, gradual underflow (subnormal
     operands and results), and the special values of x86-64 SSE: ``0 * inf`` gives the
     default NaN ``0xFFC00000``; a NaN operand gives a NaN with that operand's sign (``a``'s if
@@ -80,7 +80,7 @@ class Fp32Mul(wiring.Component):
       136 MHz, the bare DSP then critical); every simulator runs it, and the tests check
       the instances against it on Icarus with a model of the cell.
 
-    (Binary32 ``mul``: 1,238 LUT4 + 4 DSP, 59.1 MHz.)
+    (The v1 engine's ``Binary32`` ``mul``: 1,238 LUT4 + 4 DSP, 59.1 MHz.)
 
     Latency: :attr:`latency` = P + 5 cycles from ``a``/``b`` to ``y`` (:data:`LATENCY`: 9,
     or 8 with ``dsp``, ``ecp5`` or not); one result per cycle (a new operand pair every

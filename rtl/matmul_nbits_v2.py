@@ -18,7 +18,8 @@ from qaccel.rtl.pipeline import delay
 from qaccel.rtl.row_quantizer import RowQuantizer
 from qaccel.rtl.scale_lane import ScaleLane
 
-__all__ = ["COUNT_WIDTH", "OUT_FORMATS", "REGISTERS", "MatMulNBitsV2", "wide_columns"]
+__all__ = ["COUNT_WIDTH", "OUT_FORMATS", "REGISTERS", "MatMulNBitsV2", "lane_column",
+           "wide_columns"]
 
 #: ``out_fmt`` values: the type ``y`` is rounded to (A's type), by index.
 OUT_FORMATS = ("float32", "float16", "bfloat16")
@@ -38,19 +39,27 @@ def _log2(n: int) -> int:
 def wide_columns(pe: int, lanes: int) -> tuple[tuple[int, int], ...]:
     """The MAC columns of each output column at 5..8 bits: ``(lo, hi)`` for column
     ``c < pe / 2``, the MAC columns whose nibble sums make ``isum = lo + 16 * hi`` (the host
-    packs the code's low and high nibbles there). Lane ``f`` serves the columns ``f + lanes *
-    i``; with ``J = pe / lanes >= 2`` terms per lane, column ``f + lanes * i`` takes the MAC
-    columns ``f + lanes * 2i`` and ``f + lanes * (2i + 1)``, which the lane's own term
-    multiplexer reaches anyway."""
+    packs the code's low and high nibbles there): ``(2c, 2c + 1)``, both among the MAC
+    columns of the lane that serves ``c`` (:func:`lane_column`), or with one MAC column per
+    lane (``pe = lanes``) ``(c, c + pe / 2)``."""
+    if pe == lanes:
+        return tuple((c, c + pe // 2) for c in range(pe // 2))
+    return tuple((2 * c, 2 * c + 1) for c in range(pe // 2))
+
+
+def lane_column(pe: int, lanes: int, f: int, j: int, wide: bool) -> int | None:
+    """The output column of lane ``f``'s term ``j`` (``0 <= j < J = pe / lanes``), or None
+    for a term that carries none (at 5..8 bits). Each lane serves a contiguous run of MAC
+    columns, ``f * J .. f * J + J - 1``, so its block sums come from one part of the MAC
+    array: at 2..4 bits output column ``f * J + j``; at 5..8 bits (``pe / 2`` columns)
+    ``f * J / 2 + j`` for ``j < J / 2`` (or column ``f`` of the first ``pe / 2`` lanes when
+    ``J = 1``)."""
     J = pe // lanes
-    out = []
-    for c in range(pe // 2):
-        if J >= 2:
-            f, i = c % lanes, c // lanes
-            out.append((f + lanes * 2 * i, f + lanes * (2 * i + 1)))
-        else:
-            out.append((c, c + pe // 2))
-    return tuple(out)
+    if not wide:
+        return f * J + j
+    if J == 1:
+        return f if f < pe // 2 else None
+    return f * (J // 2) + j if j < J // 2 else None
 
 
 class MatMulNBitsV2(wiring.Component):
@@ -76,9 +85,10 @@ class MatMulNBitsV2(wiring.Component):
         ``16 *`` the high nibbles' sum). Columns past N carry 0.
     ``b``
         With ``bias``, per group ``J = pe / F`` beats, beat ``j`` holding the biases of columns
-        ``f + F * j`` for lane ``f`` (float32).
+        :func:`lane_column` ``(pe, F, f, j, wide)`` for lane ``f`` (float32; 0 where None).
     ``s``
-        Per group and block, ``J`` beats, beat ``j`` holding lane ``f``'s column ``f + F * j``:
+        Per group and block, ``J`` beats, beat ``j`` holding lane ``f``'s column
+        :func:`lane_column` ``(pe, F, f, j, wide)``:
         ``scale`` (float32) and ``zp`` (the integer zero point, ``2 ** (bits - 1)`` when the
         operator has none). With float zero points (``fmode = 3``) ``2 J`` beats: the ``J``
         above with ``zp = 0``, then ``J`` more in the same order whose ``scale`` is the
@@ -129,6 +139,10 @@ class MatMulNBitsV2(wiring.Component):
         pe, simd = config.pe, config.simd
         self._lanes_n = F = config.scale_lanes
         self._J = pe // F
+        if self._J > 1 and self._J % 2:
+            raise ValueError(f"pe / scale_lanes (MAC columns per float lane) must be 1 or "
+                             f"even for the v2 engine (5..8-bit columns pair two of a lane's "
+                             f"MAC columns), not {pe} / {F}")
         self._mac = PackedMacArray(pe=pe, simd=simd, rows=config.m_tile,
                                    max_block=config.max_block_size,
                                    dsp_pairs=config.dsp_pairs, ecp5=ecp5)
@@ -196,7 +210,8 @@ class MatMulNBitsV2(wiring.Component):
 
     @property
     def lanes(self) -> int:
-        """Float lanes ``F``; lane ``f`` serves columns ``f, f + F, ...`` of a group."""
+        """Float lanes ``F``; lane ``f`` serves the MAC columns ``f * J .. f * J + J - 1``
+        (:func:`lane_column`)."""
         return self._lanes_n
 
     def elaborate(self, platform):
@@ -237,7 +252,6 @@ class MatMulNBitsV2(wiring.Component):
         fzp = Signal() if cfg.float_path else Const(0, 1)     # and float zero points
         out_groups = Signal(CW)             # groups whose MAC results are all attached
         read_groups = Signal(CW)            # groups whose outputs are all read out
-        cols = Mux(wide, pe // 2, pe)
 
         with m.Switch(bs_r):
             for e in range(4, _log2(mb) + 1):
@@ -552,16 +566,17 @@ class MatMulNBitsV2(wiring.Component):
                 with m.Elif(~head_first):
                     m.d.comb += cur.bias.eq(rr.data.bias)
             m.d.comb += rw.data.eq(cur)
-            # the term's block sums: MAC column f + F * j, or at 5..8 bits the two columns
-            # of output column f + F * j (wide_columns; none past pe / 2)
+            # the term's block sums: MAC column lane_column(...), or at 5..8 bits the two
+            # MAC columns of its output column (wide_columns)
             isum = Signal.like(head_isum[0], name=f"isum{f}")
             isum_hi = Signal.like(head_isum[0], name=f"isum_hi{f}")
             with m.Switch(j):
                 for jj in range(J):
-                    c = f + F * jj
+                    c = lane_column(pe, F, f, jj, False)
+                    cw = lane_column(pe, F, f, jj, True)
                     with m.Case(jj):
-                        if c < pe // 2:
-                            lo, hi = pairs[c]
+                        if cw is not None:
+                            lo, hi = pairs[cw]
                             m.d.comb += [isum.eq(Mux(wide, head_isum[lo], head_isum[c])),
                                          isum_hi.eq(Mux(wide, head_isum[hi], 0))]
                         else:
@@ -616,7 +631,10 @@ class MatMulNBitsV2(wiring.Component):
                     m.d.sync += word.eq(banks[f][1].data)
         for f in range(F):
             m.d.comb += banks[f][1].addr.eq((rb << _log2(depth)) | (rr_row * J + rr_j))
-        col_last = (rr_j * F + rr_f) == cols - 1
+        # output columns in order: lane by lane, each its run of terms (lane_column)
+        j_end = Mux(wide, J // 2 - 1, J - 1) if J > 1 else 0
+        col_last = (rr_j == j_end) & (rr_f == Mux(wide, F // 2 - 1, F - 1) if J == 1 else
+                                      rr_f == F - 1)
         bank_last = col_last & (rr_row == out_rows - 1)
         job_last = bank_last & last_tile & (read_groups == groups_r - 1)
         with m.If(take):
@@ -627,10 +645,10 @@ class MatMulNBitsV2(wiring.Component):
                     m.d.sync += full.bit_select(rb, 1).eq(0)
                 with m.Else():
                     m.d.sync += rr_row.eq(rr_row + 1)
-            with m.Elif(rr_f == F - 1):
-                m.d.sync += [rr_f.eq(0), rr_j.eq(rr_j + 1)]
+            with m.Elif(rr_j == j_end):
+                m.d.sync += [rr_j.eq(0), rr_f.eq(rr_f + 1)]
             with m.Else():
-                m.d.sync += rr_f.eq(rr_f + 1)
+                m.d.sync += rr_j.eq(rr_j + 1)
 
         # -- output: rounding to A's type, then a FIFO reserved by a credit ---------------------
         assert _Y_FIFO > self.timing["out"]         # a word a cycle with y ready

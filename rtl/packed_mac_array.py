@@ -19,7 +19,7 @@ from amaranth.lib.wiring import In, Out
 from qaccel.model.validate import check_bool, check_int, check_int_choice
 from qaccel.rtl.block_fifo import BlockFifo
 from qaccel.rtl.ecp5 import registered_product
-from qaccel.rtl.mac_array import signed_width
+from qaccel.rtl.pipeline import signed_width
 
 __all__ = ["MAX_BLOCK", "PE", "ROWS", "SHIFT", "SIMD", "PackedMacArray"]
 

@@ -9,12 +9,21 @@ from types import SimpleNamespace
 
 from amaranth.hdl import Module, Signal, Value
 
-__all__ = ["choice_index", "delay", "field_width", "pick", "stage"]
+__all__ = ["choice_index", "delay", "field_width", "signed_width", "stage"]
 
 
 def field_width(n: int) -> int:
     """Bits of a field that indexes ``n`` choices (at least 1)."""
     return max(1, (n - 1).bit_length())
+
+
+def signed_width(lo: int, hi: int) -> int:
+    """Return the fewest bits of a two's complement value holding every integer in
+    ``[lo, hi]`` (``lo <= 0 <= hi``)."""
+    w = 1
+    while not (-(1 << (w - 1)) <= lo and hi <= (1 << (w - 1)) - 1):
+        w += 1
+    return w
 
 
 def choice_index(choices: tuple, choice) -> int:
@@ -27,17 +36,6 @@ def choice_index(choices: tuple, choice) -> int:
         raise ValueError(f"fmt must be one of {', '.join(c.name for c in choices)}, "
                          f"not {choice.name!r}")
     return choices.index(choice)
-
-
-def pick(m: Module, index: Value, values, name: str) -> Signal:
-    """Return a combinational signal of ``m`` holding ``values[index]`` (a multiplexer; 0 when
-    ``index`` is past the end). ``values`` are values of one shape."""
-    out = Signal.like(values[0], name=name)
-    with m.Switch(index):
-        for k, v in enumerate(values):
-            with m.Case(k):
-                m.d.comb += out.eq(v)
-    return out
 
 
 def delay(m: Module, value, cycles: int, name: str) -> Value:

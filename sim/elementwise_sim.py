@@ -97,8 +97,7 @@ def design_key(unit: Elementwise) -> str:
                    "config": unit.config.to_dict(), "sources": sources_digest()})
 
 
-def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilator",
-                      icarus_live_drivers: bool = False) -> Build:
+def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilator") -> Build:
     """Return a finished build of ``unit`` as module ``name`` (see :func:`~qaccel.sim.runner.
     build`), emitting its Verilog only when no build of it is known.
 
@@ -106,13 +105,10 @@ def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilat
     object and, across processes, in ``<build root>/index/`` under a hash of the unit's class
     and configuration, the rtl and model sources and the tool versions. The returned
     :class:`~qaccel.sim.runner.Build` has ``built`` true only if this call compiled it.
-    ``icarus_live_drivers`` is passed to :func:`~qaccel.sim.runner.build` (Icarus only).
     """
-    live = icarus_live_drivers and simulator == "icarus"
     key = digest({"design": design_key(unit), "name": name, "simulator": simulator,
                   "build_args": BUILD_ARGS.get(simulator),
-                  "make_variables": MAKE_VARIABLES.get(simulator),
-                  **({"icarus_live_drivers": True} if live else {})})
+                  "make_variables": MAKE_VARIABLES.get(simulator)})
     with _builds_lock:
         known = _builds.get(unit, {}).get(key)
     if known is not None and _artefact(known).exists():
@@ -130,7 +126,7 @@ def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilat
                       time.perf_counter() - start)
             mark_elaborated(unit)
     if b is None:
-        b = build(unit, name=name, simulator=simulator, icarus_live_drivers=live)
+        b = build(unit, name=name, simulator=simulator)
         tbconfig.write_atomic(index, json.dumps({"build_dir": str(b.build_dir),
                                                   "verilog": str(b.verilog)}))
     with _builds_lock:

@@ -1,13 +1,11 @@
-"""MatMulNBits on the engine: an operator call turned into the engine's register values and
-stream beats (:class:`~qaccel.rtl.matmul_nbits.MatMulNBits`), and its answer back into Y.
+"""MatMulNBits on the engine: an operator call turned into the v2 engine's register values and
+stream beats (:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`, the host-side layout of
+docs/matmul_nbits_v2.md), and its ``y`` words back into Y.
 
-The passes are every column group (``pe`` output columns) against every row of A, column
-group outer: pass ``g * M + m`` computes ``Y[m, g * pe : (g + 1) * pe]``. The expected beats
-come from :func:`qaccel.model.nbits_hw.matmul_nbits_hw` with the engine's configuration, so
-the comparison is bit-exact.
-
-Beats are StreamSim payloads: ``(beats, words)`` ``uint64`` arrays, least significant word
-first, each stream's payload layout as the engine declares it.
+The expected ``y`` words come from :func:`qaccel.model.nbits_hw.matmul_nbits_v2`, so the
+comparison is bit-exact. Beats are StreamSim payloads: ``(beats, words)`` ``uint64`` arrays
+(``(beats,)`` when one word), least significant word first, each stream's payload layout as
+the engine declares it.
 """
 
 from __future__ import annotations
@@ -20,36 +18,13 @@ from qaccel.model import nbits_kernels as _k
 from qaccel.model.config import ZERO_POINTS, AccelConfig
 from qaccel.model.dtypes import dtype_name
 from qaccel.model.nbits import _check_A, _Op, unpack_nbits, unpack_zero_points
-from qaccel.model.nbits_hw import gidx_operands, int8_path, matmul_nbits_hw
-from qaccel.model.validate import check_int
-from qaccel.rtl.matmul_nbits import OUT_FORMATS, ZP_DEFAULT, ZP_FLOAT, ZP_PACKED
-from qaccel.rtl.matmul_nbits_v2 import wide_columns
+from qaccel.model.nbits_hw import block_layout, int8_path, matmul_nbits_v2
+from qaccel.rtl.matmul_nbits_v2 import OUT_FORMATS, lane_column, wide_columns
 
-__all__ = ["NBitsJob", "NBitsJobV2", "is_nan_code", "nbits_job", "nbits_job_v2", "same_y",
-           "unpack_y", "unpack_y_v2", "y_words"]
+__all__ = ["NBitsJobV2", "is_nan_code", "nbits_job_v2", "unpack_y_v2"]
 
 #: (exponent mask, mantissa mask) of the ``y`` codes of each ``out_fmt``.
 _NAN_MASKS = ((0x7F800000, 0x007FFFFF), (0x7C00, 0x03FF), (0x7F80, 0x007F))
-
-
-@dataclass
-class NBitsJob:
-    """One engine job: ``regs`` (register values), ``inputs`` (beats per input stream),
-    ``y`` (the expected ``y`` beats, ``(passes, pe)`` float32 bit patterns) and the shape of
-    the operator's output."""
-
-    regs: dict[str, int]
-    inputs: dict[str, np.ndarray]
-    y: np.ndarray
-    M: int
-    N: int
-    out_shape: tuple[int, ...]
-    out_dtype: np.dtype
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def passes(self) -> int:
-        return self.regs["passes"]
 
 
 def _codes(y: np.ndarray) -> np.ndarray:
@@ -61,17 +36,6 @@ def is_nan_code(code, out_fmt: int):
     """Whether ``y`` codes (ints or a uint32 array) of format ``out_fmt`` are NaNs."""
     exp, man = _NAN_MASKS[out_fmt]
     return ((code & exp) == exp) & ((code & man) != 0)
-
-
-def same_y(job: NBitsJob, got: np.ndarray) -> np.ndarray:
-    """(passes, pe) bool: ``got`` (``y_words``) equals ``job.y`` bit for bit, or both are
-    NaN, or the column is past N (not part of Y)."""
-    passes, pe = job.y.shape
-    groups = passes // job.M
-    real = np.broadcast_to(np.arange(groups * pe).reshape(groups, 1, pe) < job.N,
-                           (groups, job.M, pe)).reshape(passes, pe)
-    fmt = job.regs["out_fmt"]
-    return (got == job.y) | (is_nan_code(got, fmt) & is_nan_code(job.y, fmt)) | ~real
 
 
 def _words(rows: np.ndarray) -> np.ndarray:
@@ -92,136 +56,6 @@ def _bitstream(codes: np.ndarray, bits: int) -> np.ndarray:
     pad = (-b.shape[-1]) % 8
     b = np.concatenate([b, np.zeros((*lead, pad), np.uint8)], axis=-1)
     return np.packbits(b, axis=-1, bitorder="little")
-
-
-def _interleave(per_column: np.ndarray, lane_bytes: int) -> np.ndarray:
-    """(pe, bytes) column streams -> words whose bytes ``[p * lane_bytes, ...)`` are the
-    next ``lane_bytes`` of column ``p`` (the last word zero-padded)."""
-    pe, nbytes = per_column.shape
-    n = -(-nbytes // lane_bytes)
-    padded = np.zeros((pe, n * lane_bytes), np.uint8)
-    padded[:, :nbytes] = per_column
-    return _words(padded.reshape(pe, n, lane_bytes).transpose(1, 0, 2).reshape(n, -1))
-
-
-def nbits_job(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits,
-              block_size, accuracy_level=0, config: AccelConfig | None = None) -> NBitsJob:
-    """Return the engine job computing ``matmul_nbits(...)`` (arguments as
-    :func:`qaccel.model.nbits.matmul_nbits`), with its expected beats.
-
-    Raises ValueError / TypeError as ``matmul_nbits_hw`` does, and ValueError for what this
-    engine does not take: block_size outside ``[max(16, simd),
-    config.max_block_size]``, float zero points or accuracy levels 0..3 without
-    ``config.float_path`` (g_idx too takes the float path, on the layout of
-    :func:`qaccel.model.nbits_hw.gidx_operands`).
-    """
-    config = AccelConfig() if config is None else config
-    check_int("accuracy_level", accuracy_level, 0, 4)
-    a = _check_A(A, check_int("K", K, 1))
-    op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
-             dtype=a.dtype)
-    if op.gidx is not None:        # the engine's g_idx layout: a plain float-path job
-        a2, B2, s2, z2, K2 = gidx_operands(a.reshape(-1, K), op)
-        job = nbits_job(a2, B2, s2, z2, None, bias, K=K2, N=N, bits=bits,
-                        block_size=block_size, accuracy_level=0, config=config)
-        job.out_shape = (*a.shape[:-1], op.N)
-        job.meta.update(accuracy_level=accuracy_level, g_idx=True)
-        return job
-    y_ref = matmul_nbits_hw(A, B, scales, zero_points, None, bias, K=K, N=N, bits=bits,
-                            block_size=block_size, accuracy_level=accuracy_level,
-                            config=config)
-    bs, kb, pe, simd = op.block_size, op.kb, config.pe, config.simd
-    if not max(16, simd) <= bs <= config.max_block_size:
-        raise ValueError(f"block_size must be in [{max(16, simd)}, {config.max_block_size}] "
-                         f"for this engine, not {bs}")
-    int8 = int8_path(accuracy_level, float_zero_points=op.zmode == _k.ZP_FLOAT, g_idx=False)
-    if not int8 and not config.float_path:
-        raise ValueError("this engine has no float path (config.float_path False): "
-                         "accuracy_level 4 with integer or no zero points only")
-    a32 = a.reshape(-1, K).astype(np.float32)
-    M = a32.shape[0]
-    groups = -(-N // pe)
-    Np = groups * pe
-
-    # a: per pass the row, ceil(K / simd) beats
-    nbeat = -(-K // simd)
-    rows = np.zeros((M, nbeat * simd), np.float32)
-    rows[:, :K] = a32
-    row_bytes = rows.view(np.uint8).reshape(M, nbeat * simd * 4)
-    a_beats = _words(np.tile(row_bytes, (groups, 1)).reshape(groups * M * nbeat, simd * 4))
-
-    # w: per column, its B row (k_blocks * blob bytes) once per row of A
-    blob = op.Bw.view(np.uint8).reshape(N, -1)[:, : kb * bs * op.bits // 8]
-    Bp = np.zeros((Np, blob.shape[1]), np.uint8)
-    Bp[:N] = blob
-    cols = Bp.reshape(groups, pe, -1)                                   # (g, pe, bytes)
-    per_col = np.repeat(cols[:, :, None, :], M, axis=2)                 # (g, pe, M, bytes)
-    per_col = per_col.transpose(1, 0, 2, 3).reshape(pe, -1)
-    w_beats = _interleave(per_col, config.weight_bus_width // pe // 8)
-
-    # s: per pass [bias], then per block (scale, zero)
-    sc = np.zeros((Np, kb), np.float32)
-    sc[:N] = op.scales
-    zf = np.zeros((Np, kb), np.float32)
-    if op.zmode == _k.ZP_FLOAT:
-        zf[:N] = op.zpf
-    blocks = np.stack([sc.reshape(groups, pe, kb).transpose(0, 2, 1),
-                       zf.reshape(groups, pe, kb).transpose(0, 2, 1)], axis=2)  # g, kb, 2, pe
-    if bias is not None:
-        bvec = np.zeros(Np, np.float32)
-        bvec[:N] = np.asarray(bias).astype(np.float32)
-        bias_beat = np.zeros((groups, 1, 2, pe), np.float32)
-        bias_beat[:, 0, 0] = bvec.reshape(groups, pe)
-        blocks = np.concatenate([bias_beat, blocks], axis=1)
-    per_pass = np.repeat(blocks[:, None], M, axis=1)                    # g, M, beats, 2, pe
-    s_beats = _words(per_pass.reshape(-1, 2 * pe).view(np.uint8))
-
-    # z: packed zero-point codes, one continuous bit stream per column
-    zp_mode = ZP_DEFAULT
-    inputs = {"a": a_beats, "w": w_beats, "s": s_beats}
-    if op.zmode == _k.ZP_PACKED:
-        zp_mode = ZP_PACKED
-        codes = np.zeros((Np, kb), np.uint8)
-        codes[:N] = unpack_zero_points(op.zpk, op.bits, kb)
-        z_cols = np.repeat(codes.reshape(groups, pe, 1, kb), M, axis=2)
-        z_cols = z_cols.transpose(1, 0, 2, 3).reshape(pe, -1)
-        inputs["z"] = _interleave(_bitstream(z_cols, op.bits), 1)
-    elif op.zmode == _k.ZP_FLOAT:
-        zp_mode = ZP_FLOAT
-
-    out_fmt = OUT_FORMATS.index(dtype_name(y_ref.dtype))
-    yp = np.zeros((M, Np), np.uint32)                   # A's type, its code zero-extended
-    yp[:, :N] = _codes(y_ref.reshape(M, N))
-    y = yp.reshape(M, groups, pe).transpose(1, 0, 2).reshape(-1, pe)
-    regs = {"k": K, "block_size": bs, "bits": op.bits, "passes": groups * M,
-            "int8": int(int8), "zp_mode": zp_mode, "bias": int(bias is not None),
-            "out_fmt": out_fmt}
-    return NBitsJob(regs, inputs, y, M, N, y_ref.shape, y_ref.dtype,
-                    {"accuracy_level": accuracy_level, "int8": int8})
-
-
-def y_words(beats, pe: int) -> np.ndarray:
-    """The engine's ``y`` beats as StreamSim returns them (``(n, words)`` uint64, or ints)
-    -> ``(n, pe)`` uint32 float32 bit patterns."""
-    if isinstance(beats, np.ndarray) and beats.ndim == 2:
-        return np.ascontiguousarray(beats.astype("<u8")).view("<u4")[:, :pe]
-    return np.array([[(int(b) >> (32 * p)) & 0xFFFFFFFF for p in range(pe)] for b in beats],
-                    np.uint32).reshape(-1, pe)
-
-
-def unpack_y(job: NBitsJob, beats, pe: int) -> np.ndarray:
-    """The engine's ``y`` beats -> Y, shaped and typed as the operator's output (the engine
-    rounds float16 / bfloat16 results itself, register ``out_fmt``)."""
-    words = y_words(beats, pe)
-    groups = -(-job.N // pe)
-    y = words.reshape(groups, job.M, pe).transpose(1, 0, 2).reshape(job.M, groups * pe)
-    y = np.ascontiguousarray(y[:, : job.N])
-    if job.out_dtype.itemsize == 2:
-        y = y.astype(np.uint16)
-    return y.view(job.out_dtype).reshape(job.out_shape)
-
-
-# -- the v2 engine (qaccel.rtl.matmul_nbits_v2, docs/matmul_nbits_v2.md) ----------------------
 
 
 @dataclass
@@ -262,8 +96,6 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     and B's rows permuted, groups padded to whole blocks, each block with its group's scale
     and zero point); float zero points send each block's scales and then its ``z =
     f32(-scale * zero_point)`` on ``s`` (``fmode = 3``)."""
-    from qaccel.model.nbits_hw import block_layout, matmul_nbits_v2
-
     config = AccelConfig() if config is None else config
     y_ref = matmul_nbits_v2(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
                             block_size=block_size, accuracy_level=accuracy_level)
@@ -348,9 +180,10 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
             z[:N] = -op.scales[:, group] * op.zpf[:, group]
         entries = [sc.view(np.uint32).astype(np.uint64), z.view(np.uint32).astype(np.uint64)]
     P = len(entries)                                     # beats per (block, j)
-    lanes = np.zeros((groups, kb, P, J, F), np.uint64)   # beat j, lane f: column f + F * j
-    col = np.arange(J)[:, None] * F + np.arange(F)[None, :]
-    real_col = col < cols
+    lanes = np.zeros((groups, kb, P, J, F), np.uint64)   # beat j, lane f: column col[j, f]
+    col = np.array([[-1 if (c := lane_column(pe, F, f, j, wide)) is None else c
+                     for f in range(F)] for j in range(J)])
+    real_col = col >= 0
     for g in range(groups):
         c = g * cols + np.minimum(col, cols - 1)
         for p_, entry in enumerate(entries):

@@ -1,18 +1,15 @@
-"""Run MatMulNBits engine jobs (:mod:`qaccel.sim.nbits_jobs`) through the cocotb testbench
-:mod:`qaccel.sim.tb_matmul_nbits`, on Verilator or Icarus; both engines, v1
-(:class:`~qaccel.rtl.matmul_nbits.MatMulNBits`, :class:`~qaccel.sim.nbits_jobs.NBitsJob`) and
-v2 (:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`,
-:class:`~qaccel.sim.nbits_jobs.NBitsJobV2`).
+"""Run MatMulNBits engine jobs (:class:`~qaccel.sim.nbits_jobs.NBitsJobV2`) on the engine
+(:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`) through the cocotb testbench
+:mod:`qaccel.sim.tb_matmul_nbits`, on Verilator or Icarus.
 
 :func:`nbits_build` finds or makes the engine's build (through :func:`qaccel.sim.
 elementwise_sim.elementwise_build`: remembered per engine object and, across processes, by
-the engine's design key, so the Verilog is emitted only when no build of it exists; each
-engine has its own module name, so v1 and v2 builds never share a folder).
+the engine's design key, so the Verilog is emitted only when no build of it exists).
 :func:`run_nbits_cocotb` runs jobs back to back in one simulation with random idle cycles on
 every input stream and back-pressure on ``y``, checks every ``y`` beat against the job's
 expected ``y`` (unless ``check=False``) and returns the beats and per-job cycle counts.
-What the testbench needs to know of an engine (its registers, input streams and words per
-``y`` beat) comes from :func:`engine_ports`.
+What the testbench needs to know of the engine (its registers and input streams) comes from
+:func:`engine_ports`.
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 from amaranth.lib import wiring
 
-from qaccel.rtl.matmul_nbits import MatMulNBits
 from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2
 from qaccel.sim.elementwise_sim import (
     _run_testbench,
@@ -33,61 +29,48 @@ from qaccel.sim.elementwise_sim import (
     elementwise_build,
     read_capture,
 )
-from qaccel.sim.nbits_jobs import NBitsJob, NBitsJobV2, y_words
+from qaccel.sim.nbits_jobs import NBitsJobV2
 from qaccel.sim.runner import Build
 
-__all__ = ["EnginePorts", "NBitsRun", "engine_ports", "job_dict", "nbits_build", "nbits_name",
+__all__ = ["NBITS_NAME", "EnginePorts", "NBitsRun", "engine_ports", "job_dict", "nbits_build",
            "run_nbits_cocotb"]
 
 TEST_MODULE = "qaccel.sim.tb_matmul_nbits"
-
-
-
-def nbits_name(engine: MatMulNBits | MatMulNBitsV2) -> str:
-    """The default Verilog module name of ``engine``: ``matmul_nbits`` for v1 (as
-    :class:`qaccel.RTL` names it), ``matmul_nbits_v2`` for v2; builds of different
-    configurations are told apart by their design key."""
-    return "matmul_nbits_v2" if isinstance(engine, MatMulNBitsV2) else "matmul_nbits"
+#: The engine's default Verilog module name (builds of different configurations are told
+#: apart by their design key).
+NBITS_NAME = "matmul_nbits_v2"
 
 
 @dataclass(frozen=True)
 class EnginePorts:
-    """What the testbench needs to know of an engine: ``registers`` (the job register ports,
-    in signature order, ``start`` excluded), ``inputs`` (the input stream names) and
-    ``words`` (float32 result words per ``y`` beat, ``last`` above them)."""
+    """What the testbench needs to know of the engine: ``registers`` (the job register ports,
+    in signature order, ``start`` excluded) and ``inputs`` (the input stream names)."""
 
     registers: tuple[str, ...]
     inputs: tuple[str, ...]
-    words: int
 
 
 def engine_ports(engine: wiring.Component) -> EnginePorts:
-    """Read :class:`EnginePorts` off ``engine``'s signature: v1 gives its 8 registers,
-    streams a, w, s, z and ``pe`` words per beat; v2 its 7 registers, streams a, w, b, s and
-    1 word per beat."""
+    """Read :class:`EnginePorts` off ``engine``'s signature (its 8 registers and streams a,
+    w, b, s). Raises ValueError unless ``y`` carries a float32 word with ``last`` above it."""
     members = engine.signature.members
     registers = tuple(n for n, m in members.items()
                       if m.is_port and m.flow == wiring.In and n != "start")
     inputs = tuple(n for n, m in members.items() if m.is_signature and m.flow == wiring.In)
     layout = members["y"].signature.members["payload"].shape
     y, last = layout["y"], layout["last"]
-    if y.offset != 0 or y.width % 32 or last.offset != y.width:
-        raise ValueError(f"y payload {layout} is not float32 words with last above them")
-    return EnginePorts(registers, inputs, y.width // 32)
+    if y.offset != 0 or y.width != 32 or last.offset != 32:
+        raise ValueError(f"y payload {layout} is not a float32 word with last above it")
+    return EnginePorts(registers, inputs)
 
 
-def nbits_build(engine: MatMulNBits | MatMulNBitsV2, *, name: str | None = None,
+def nbits_build(engine: MatMulNBitsV2, *, name: str | None = None,
                 simulator: str = "verilator") -> Build:
-    """Return a finished build of ``engine`` as module ``name`` (default :func:`nbits_name`),
+    """Return a finished build of ``engine`` as module ``name`` (default :data:`NBITS_NAME`),
     emitting its Verilog only when no build of it is known. Raises
     :exc:`~qaccel.sim.runner.SimulatorNotFoundError` or :exc:`~qaccel.sim.runner.BuildError`.
-
-    Icarus builds take :func:`~qaccel.sim.runner.icarus_time0_fix` with ``live_drivers``:
-    without it the sign of ActivationQuant's absolute maximum (a bare ``always @*`` copy of a
-    bit that is 0 from time 0 on) stays X, and so does every ``y`` beat.
     """
-    return elementwise_build(engine, name=name or nbits_name(engine), simulator=simulator,
-                             icarus_live_drivers=True)
+    return elementwise_build(engine, name=name or NBITS_NAME, simulator=simulator)
 
 
 def _payload_ints(beats: np.ndarray) -> list[int]:
@@ -98,43 +81,25 @@ def _payload_ints(beats: np.ndarray) -> list[int]:
     return [sum(int(w) << (64 * i) for i, w in enumerate(row)) for row in beats]
 
 
-def job_dict(job: NBitsJob | NBitsJobV2, pe: int | None = None, *, label: str | None = None,
-             check: bool = True, reset_after: int | None = None) -> dict:
+def job_dict(job: NBitsJobV2, *, label: str | None = None, check: bool = True,
+             reset_after: int | None = None) -> dict:
     """The testbench's form of ``job``: registers, payload ints per input stream, the number
-    of ``y`` beats and per beat the expected float32 bit patterns, ``None`` for words not
-    compared; ``y`` is None with ``check=False``.
-
-    v1 (:class:`NBitsJob`, ``pe`` needed): one beat per pass of ``pe`` words, columns past N
-    not compared. v2 (:class:`NBitsJobV2`, ``pe`` unused): one word per beat, compared where
-    ``job.real``; each beat tagged with its (row, column) for error messages.
+    of ``y`` beats (one word each) and per beat the expected float32 bit pattern, ``None``
+    where it is not compared (a word past N, not ``job.real``); ``y`` is None with
+    ``check=False``. Each beat is tagged with its (row, column) for error messages.
     ``reset_after``: the testbench asserts ``rst`` that many cycles after the job's
     ``start`` (at least 2), abandoning it.
     """
-    label = label or job.meta.get("label", "")
-    inputs = {name: _payload_ints(v) for name, v in job.inputs.items()}
-    regs = {k: int(v) for k, v in job.regs.items()}
-    if isinstance(job, NBitsJobV2):
-        beats = len(job.y)
-        y = None
-        if check:
-            y = [[int(w) if r else None]
-                 for w, r in zip(np.asarray(job.y, np.uint32), job.real, strict=True)]
-        out = {"label": label, "regs": regs, "inputs": inputs, "beats": beats, "y": y,
-               "tags": [f"beat {p} (row {r}, column {c})"
-                        for p, (r, c) in enumerate(np.asarray(job.order).tolist())]}
-    else:
-        if pe is None:
-            raise TypeError("job_dict needs pe for a v1 NBitsJob")
-        passes = job.passes
-        y = None
-        if check:
-            expected = np.asarray(job.y, np.uint32).reshape(passes, pe)
-            group = np.arange(passes) // job.M
-            real = group[:, None] * pe + np.arange(pe)[None, :] < job.N
-            y = [[int(w) if r else None for w, r in zip(row, rrow, strict=True)]
-                 for row, rrow in zip(expected, real, strict=True)]
-        out = {"label": label, "regs": regs, "inputs": inputs, "passes": passes,
-               "beats": passes, "y": y}
+    y = None
+    if check:
+        y = [int(w) if r else None
+             for w, r in zip(np.asarray(job.y, np.uint32), job.real, strict=True)]
+    out = {"label": label or job.meta.get("label", ""),
+           "regs": {k: int(v) for k, v in job.regs.items()},
+           "inputs": {name: _payload_ints(v) for name, v in job.inputs.items()},
+           "beats": len(job.y), "y": y,
+           "tags": [f"beat {p} (row {r}, column {c})"
+                    for p, (r, c) in enumerate(np.asarray(job.order).tolist())]}
     if reset_after is not None:
         out["reset_after"] = int(reset_after)
     return out
@@ -143,7 +108,7 @@ def job_dict(job: NBitsJob | NBitsJobV2, pe: int | None = None, *, label: str | 
 def _watchdog(jobs: Sequence[dict], chunks: Sequence[int]) -> int:
     """A stall timeout: generous against the most input beats the engine may take between
     two ``y`` beats under pauses (``chunks[j]``: the parts of job ``j`` whose inputs all go
-    in before its next ``y`` beat: v1 its passes, v2 its row tiles)."""
+    in before its next ``y`` beat, its row tiles)."""
     per_chunk = max(sum(len(v) for v in j["inputs"].values()) / c
                     for j, c in zip(jobs, chunks, strict=True))
     return int(2000 + 20 * per_chunk)
@@ -153,10 +118,9 @@ def _watchdog(jobs: Sequence[dict], chunks: Sequence[int]) -> int:
 class NBitsRun:
     """What :func:`run_nbits_cocotb` saw.
 
-    ``beats[j]`` are the ``y`` payloads of job ``j`` in order (``words`` float32 words,
-    ``last`` above them); ``y[j]`` the same as uint32 codes shaped as ``job.y``: v1
-    ``(passes, pe)`` (what :func:`~qaccel.sim.nbits_jobs.unpack_y` takes), v2 ``(beats,)``
-    (what :func:`~qaccel.sim.nbits_jobs.unpack_y_v2` takes); ``cycles[j]`` the clock edges
+    ``beats[j]`` are the ``y`` payloads of job ``j`` in order (a float32 word, ``last``
+    above it); ``y[j]`` the words as uint32 codes, ``(beats,)`` like ``job.y`` (what
+    :func:`~qaccel.sim.nbits_jobs.unpack_y_v2` takes); ``cycles[j]`` the clock edges
     from the one taking ``start`` to the one taking the job's last ``y`` beat. ``checked``:
     every beat was compared with the job's ``y``. ``aborted[j]``: None, or for a job reset
     before its end (``reset_after``) ``{"cycle": cycles after start, "taken": input beats
@@ -179,50 +143,42 @@ class NBitsRun:
     aborted: list[dict | None]
 
 
-def run_nbits_cocotb(engine: MatMulNBits | MatMulNBitsV2,
-                     jobs: Sequence[NBitsJob | NBitsJobV2], *, name: str | None = None,
-                     simulator: str = "verilator", idle: float = 0.0,
+def run_nbits_cocotb(engine: MatMulNBitsV2, jobs: Sequence[NBitsJobV2], *,
+                     name: str | None = None, simulator: str = "verilator", idle: float = 0.0,
                      backpressure: float = 0.0, seed: int = 1, max_burst: int = 4,
                      watchdog: int | None = None, check: bool = True,
                      reset_after: Mapping[int, int] | None = None) -> NBitsRun:
     """Run ``jobs`` back to back on ``engine`` (module ``name``) in one cocotb simulation.
 
-    ``idle`` is the probability per cycle that an input stream (each of the engine's, v1
-    ``a``, ``w``, ``s``, ``z``, v2 ``a``, ``w``, ``b``, ``s``, with its own generator) starts
-    a pause of 1..``max_burst`` cycles between beats; ``backpressure`` the same for
-    withholding ``y.ready``; both seeded by ``seed``. With ``check`` every ``y`` beat is
-    compared with the job's ``y`` (v1: columns past N skipped; v2: words where ``job.real``;
-    NaN equal to NaN), ``last`` and the beat count too; the first mismatch fails the run,
-    naming the job's index and label (``job.meta["label"]``). ``watchdog``: cycles without
-    progress on a stream with beats outstanding before the run fails (default from the jobs'
-    sizes). ``reset_after`` maps a job's index to the cycles after its ``start`` at which
-    ``rst`` is asserted (see :func:`job_dict`); the engine must be idle right after the reset
-    and the next job must come out exact.
+    ``idle`` is the probability per cycle that an input stream (each of the engine's, ``a``,
+    ``w``, ``b``, ``s``, with its own generator) starts a pause of 1..``max_burst`` cycles
+    between beats; ``backpressure`` the same for withholding ``y.ready``; both seeded by
+    ``seed``. With ``check`` every ``y`` beat is compared with the job's ``y`` (words where
+    ``job.real``; NaN equal to NaN), ``last`` and the beat count too; the first mismatch
+    fails the run, naming the job's index and label (``job.meta["label"]``). ``watchdog``:
+    cycles without progress on a stream with beats outstanding before the run fails (default
+    from the jobs' sizes). ``reset_after`` maps a job's index to the cycles after its
+    ``start`` at which ``rst`` is asserted (see :func:`job_dict`); the engine must be idle
+    right after the reset and the next job must come out exact.
 
-    Raises ValueError for jobs that are empty or do not fit the engine (another engine's
-    registers or streams), :exc:`~qaccel.sim.runner.SimulatorNotFoundError`,
+    Raises ValueError for jobs that are empty or do not fit the engine (other registers or
+    streams), :exc:`~qaccel.sim.runner.SimulatorNotFoundError`,
     :exc:`~qaccel.sim.runner.BuildError`, :exc:`~qaccel.sim.runner.SimulationFailed` (a
     check, a protocol assertion or the watchdog failed) or
     :exc:`~qaccel.sim.runner.SimulationError`.
     """
     if not jobs:
-        raise ValueError("jobs must hold at least one NBitsJob")
+        raise ValueError("jobs must hold at least one NBitsJobV2")
     start = time.perf_counter()
     ports = engine_ports(engine)
-    v2 = isinstance(engine, MatMulNBitsV2)
-    pe = engine.config.pe
     resets = dict(reset_after or {})
     if not set(resets) <= set(range(len(jobs))):
         raise ValueError(f"reset_after names jobs {sorted(set(resets) - set(range(len(jobs))))}"
                          f" of {len(jobs)}")
-    dicts = [job_dict(j, pe, label=j.meta.get("label") or f"job {k}", check=check,
+    dicts = [job_dict(j, label=j.meta.get("label") or f"job {k}", check=check,
                       reset_after=resets.get(k))
              for k, j in enumerate(jobs)]
-    for d, j in zip(dicts, jobs, strict=True):
-        if isinstance(j, NBitsJobV2) != v2:
-            raise ValueError(f"job {d['label']!r} is a {type(j).__name__}, engine "
-                             f"{type(engine).__name__} takes "
-                             f"{'NBitsJobV2' if v2 else 'NBitsJob'}")
+    for d in dicts:
         if set(d["regs"]) != set(ports.registers) or not set(d["inputs"]) <= set(ports.inputs):
             raise ValueError(f"job {d['label']!r} (registers {sorted(d['regs'])}, streams "
                              f"{sorted(d['inputs'])}) does not fit the engine (registers "
@@ -234,15 +190,11 @@ def run_nbits_cocotb(engine: MatMulNBits | MatMulNBitsV2,
     run_dir = capture_dir(b.toplevel, simulator)
     jobs_file, capture_file = run_dir / "jobs.json", run_dir / "capture.json"
     jobs_file.write_text(json.dumps(dicts))
-    if v2:
-        m_tile = engine.config.m_tile
-        chunks = [-(-d["regs"]["m"] // m_tile) for d in dicts]
-    else:
-        chunks = [d["beats"] for d in dicts]
-    config = {"jobs_file": str(jobs_file), "capture_file": str(capture_file), "pe": pe,
-              "words": ports.words, "registers": list(ports.registers),
-              "inputs": list(ports.inputs), "idle": idle, "backpressure": backpressure,
-              "seed": seed, "max_burst": max_burst,
+    m_tile = engine.config.m_tile
+    chunks = [-(-d["regs"]["m"] // m_tile) for d in dicts]
+    config = {"jobs_file": str(jobs_file), "capture_file": str(capture_file),
+              "registers": list(ports.registers), "inputs": list(ports.inputs), "idle": idle,
+              "backpressure": backpressure, "seed": seed, "max_burst": max_burst,
               "watchdog": watchdog or _watchdog(dicts, chunks)}
     t0 = time.perf_counter()
     _run_testbench(b, run_dir, config, "test_jobs", None, None, test_module=TEST_MODULE)
@@ -250,10 +202,7 @@ def run_nbits_cocotb(engine: MatMulNBits | MatMulNBitsV2,
     files = read_capture(run_dir, simulator, ("capture", "records"))
     data, records = files["capture"], files["records"]
     beats = data["beats"]
-    words = ports.words
-    y = [y_words(bs, words) if bs else np.zeros((0, words), np.uint32) for bs in beats]
-    if v2:
-        y = [w.reshape(-1) for w in y]
+    y = [np.array([b & 0xFFFFFFFF for b in bs], np.uint32) for bs in beats]
     return NBitsRun(simulator=simulator, beats=beats, y=y, cycles=data["cycles"],
                     checked=check, built=b.built, build_seconds=build_seconds,
                     sim_seconds=sim_seconds, seconds=time.perf_counter() - start,

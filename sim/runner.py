@@ -72,7 +72,7 @@ BUILD_ARGS: dict[str, tuple[str, ...]] = {
 }
 #: Make variables of a cocotb build's C++ compilation. Verilator's default ``-Os`` on the
 #: ``--public-flat-rw`` model cocotb asks for costs far more than it gives back to a
-#: Python-bound testbench: the int8 MatMulNBits engine (pe 2 x simd 4) built cold in 155 s at
+#: Python-bound testbench: the v1 MatMulNBits engine (int8, pe 2 x simd 4) built cold in 155 s at
 #: ``-Os`` and 55 s at ``-O0``, and a 1870-cycle cocotb job ran in 5.8-6.1 s and 6.0-6.5 s.
 MAKE_VARIABLES: dict[str, tuple[str, ...]] = {
     "verilator": ("OPT_FAST=-O0", "OPT_SLOW=-O0", "OPT_GLOBAL=-O0"),
@@ -376,26 +376,11 @@ _CONSTANT_ALWAYS = re.compile(
 )
 
 
-# Yosys writes a copy of some bits as a bare one-statement `always @*` with no time-0 trigger
-# (`always @*\n    res[0] = i[31];`). Icarus runs it only when its right-hand side changes: a
-# source holding its declaration-initialised value from time 0 on (e.g. the sign of an
-# absolute maximum, always 0) never triggers it, and the left-hand side stays X for the whole
-# simulation. With ``live_drivers`` each such block also gets an `initial` copy of its
-# statement; later changes still run the `always @*`.
-_LIVE_ALWAYS = re.compile(
-    r"^( *)always @\*\n *([\w\\$.]+ ?(?:\[\d+(?::\d+)?\])? ?= [^;\n]+;)$", re.MULTILINE)
-
-
-def icarus_time0_fix(verilog_text: str, *, live_drivers: bool = False) -> str:
+def icarus_time0_fix(verilog_text: str) -> str:
     """Return Yosys Verilog with its time-0 ``always @*`` trigger made visible to Icarus 11,
-    and its constant ``always @*`` drivers turned into ``initial`` assignments; with
-    ``live_drivers`` also an ``initial`` copy of every other one-statement ``always @*``."""
+    and its constant ``always @*`` drivers turned into ``initial`` assignments."""
     text = _TIME0_TRIGGER.sub(r"\1reg \2 ;\n\1initial \2 =\3", verilog_text)
-    text = _CONSTANT_ALWAYS.sub(
-        lambda m: f"{m[1]}initial {m[2].rstrip()} = {m[3]};", text)
-    if live_drivers:
-        text = _LIVE_ALWAYS.sub(lambda m: f"{m[0]}\n{m[1]}initial {m[2]}", text)
-    return text
+    return _CONSTANT_ALWAYS.sub(lambda m: f"{m[1]}initial {m[2].rstrip()} = {m[3]};", text)
 
 
 def _artefact(simulator: str, build_dir: Path, toplevel: str) -> Path:
@@ -413,11 +398,8 @@ def build(
     simulator: str = "verilator",
     waves: bool = False,
     verbose: bool | None = None,
-    icarus_live_drivers: bool = False,
 ) -> Build:
     """Emit ``component`` as Verilog module ``name`` and build it for ``simulator``, once.
-
-    ``icarus_live_drivers``: apply :func:`icarus_time0_fix` with ``live_drivers`` (Icarus).
 
     The build directory is keyed by a hash of the Verilog text, the simulator, its build
     options and the tool versions; a finished build there is reused as is.
@@ -428,7 +410,7 @@ def build(
     require_simulator(simulator)
     text = emit_verilog(component, name, emit_src=False)
     if simulator == "icarus":
-        text = icarus_time0_fix(text, live_drivers=icarus_live_drivers)
+        text = icarus_time0_fix(text)
     build_args = list(BUILD_ARGS[simulator])
     key = digest({
         "verilog": text,

@@ -1,25 +1,23 @@
-"""cocotb testbench for the MatMulNBits engines (:class:`qaccel.rtl.matmul_nbits.MatMulNBits`
-and :class:`qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`); run it with
-:func:`qaccel.sim.nbits_sim.run_nbits_cocotb`.
+"""cocotb testbench for the MatMulNBits engine (:class:`qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`);
+run it with :func:`qaccel.sim.nbits_sim.run_nbits_cocotb`.
 
-What differs between the engines comes from the parameters: ``registers`` (the job register
-ports, set from each job's ``regs``), ``inputs`` (the input stream names) and ``words`` (result
-words per ``y`` beat: ``pe`` for v1, 1 for v2; ``y`` carries ``words`` float32 codes with
-``last`` above them).
+The engine's ports come from the parameters: ``registers`` (the job register ports, set from
+each job's ``regs``) and ``inputs`` (the input stream names); ``y`` carries one float32 code
+with ``last`` above it.
 
 Parameters (``qaccel.sim.tbconfig.params()``): ``jobs_file`` (JSON list of job dicts, see
 :func:`qaccel.sim.nbits_sim.job_dict`: ``label``, ``regs``, ``inputs`` (payload ints per input
 stream; a stream missing or empty gets no beats in that job), ``beats`` (the job's ``y``
-beats; v1 dicts also name it ``passes``), ``y`` (per beat ``words`` expected codes, ``null``
-for a word not compared; ``y`` itself ``null``: capture only), optionally ``tags`` (per beat a
-text naming it in error messages, default ``pass <n>``) and ``reset_after`` (cycles after the
-job's ``start`` at which ``rst`` is asserted, abandoning the job)), ``registers``,
-``inputs``, ``words``, ``idle`` and ``backpressure`` (pause probabilities per cycle, each
-input stream and ``y.ready`` with its own seeded generator), ``max_burst`` (longest pause),
-``watchdog`` (stall timeout in cycles), ``seed``, ``reset_cycles`` (cycles ``rst`` is held),
-``settle`` (cycles after a reset during which no ``y`` beat may appear), ``busy_lag`` (the
-cycle after the last ``y`` beat by which ``busy`` must be low: 1 is the very next),
-``capture_file`` (where to write the received beats and cycle counts).
+beats), ``y`` (per beat the expected code, ``null`` for a word not compared; ``y`` itself
+``null``: capture only), ``tags`` (per beat a text naming it in error messages) and
+optionally ``reset_after`` (cycles after the job's ``start`` at which ``rst`` is asserted,
+abandoning the job)), ``registers``, ``inputs``, ``idle`` and ``backpressure`` (pause
+probabilities per cycle, each input stream and ``y.ready`` with its own seeded generator),
+``max_burst`` (longest pause), ``watchdog`` (stall timeout in cycles), ``seed``,
+``reset_cycles`` (cycles ``rst`` is held), ``settle`` (cycles after a reset during which no
+``y`` beat may appear), ``busy_lag`` (the cycle after the last ``y`` beat by which ``busy``
+must be low: 1 is the very next), ``capture_file`` (where to write the received beats and
+cycle counts).
 
 The jobs run back to back in one simulation: the registers are set and ``start`` pulsed one
 cycle after ``busy`` is seen low, the input streams the job has beats for are fed from the
@@ -68,10 +66,6 @@ log = logging.getLogger("cocotb.qaccel.tb_matmul_nbits")
 
 DEFAULTS = {"idle": 0.3, "backpressure": 0.3, "max_burst": 4, "watchdog": 2000, "seed": None,
             "capture_file": None, "reset_cycles": 2, "settle": 4, "busy_lag": 1}
-#: The v1 engine's input streams and registers, as the Verilog names them: the defaults of
-#: ``inputs`` and ``registers`` for a caller that gives only ``pe``.
-V1_INPUTS = ("a", "w", "s", "z")
-V1_REGISTERS = ("k", "block_size", "bits", "passes", "int8", "zp_mode", "bias", "out_fmt")
 
 
 def _f32(word: int) -> float:
@@ -80,38 +74,32 @@ def _f32(word: int) -> float:
 
 @dataclass(frozen=True, eq=False)
 class YBeat:
-    """One ``y`` beat: ``words`` codes of format ``out_fmt`` (None: a word not compared) and
-    ``last``.
+    """One ``y`` beat: a code of format ``out_fmt`` (None: not compared) and ``last``.
 
-    Two beats are equal when ``last`` agrees and every word compared by both is the same
-    bit pattern, or NaN in both."""
+    Two beats are equal when ``last`` agrees and, unless either word is None, the words are
+    the same bit pattern or NaN in both."""
 
-    y: tuple[int | None, ...]
+    y: int | None
     last: int
     out_fmt: int = 0
 
     @classmethod
-    def from_payload(cls, payload: int, words: int, out_fmt: int = 0) -> YBeat:
-        return cls(tuple((payload >> (32 * p)) & 0xFFFFFFFF for p in range(words)),
-                   (payload >> (32 * words)) & 1, out_fmt)
-
-    def differing(self, other: YBeat) -> list[int]:
-        """The words where ``self`` and ``other`` disagree."""
-        return [p for p, (a, b) in enumerate(zip(self.y, other.y, strict=True))
-                if a is not None and b is not None and a != b
-                and not (is_nan_code(a, self.out_fmt) and is_nan_code(b, other.out_fmt))]
+    def from_payload(cls, payload: int, out_fmt: int = 0) -> YBeat:
+        return cls(payload & 0xFFFFFFFF, (payload >> 32) & 1, out_fmt)
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, YBeat):
             return NotImplemented
-        return (self.last == other.last and len(self.y) == len(other.y)
-                and not self.differing(other))
+        a, b = self.y, other.y
+        return self.last == other.last and (
+            a is None or b is None or a == b
+            or bool(is_nan_code(a, self.out_fmt) and is_nan_code(b, other.out_fmt)))
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        cols = ", ".join("-" if w is None else f"{w:#010x} ({_f32(w):.9g})" for w in self.y)
-        return f"y=[{cols}] last={self.last}"
+        word = "-" if self.y is None else f"{self.y:#010x} ({_f32(self.y):.9g})"
+        return f"y={word} last={self.last}"
 
 
 class HoldChecker:
@@ -239,11 +227,9 @@ class NBitsTB:
         self.dut = dut
         self.params = params
         self.jobs = jobs
-        self.words = int(params["words"])
         self.registers = tuple(params["registers"])
         self.inputs = tuple(params["inputs"])
         for j, job in enumerate(jobs):
-            job.setdefault("beats", job.get("passes"))
             extra = set(job["inputs"]) - set(self.inputs)
             assert not extra, f"job {j} '{job['label']}' feeds streams {sorted(extra)} the " \
                               f"engine does not have (its inputs: {self.inputs})"
@@ -298,14 +284,10 @@ class NBitsTB:
         if job["y"] is not None:
             assert len(job["y"]) == beats, f"{self.job_name()}: {len(job['y'])} expected " \
                                            f"beats for {beats} y beats"
-            tags = job.get("tags")
-            for p, row in enumerate(job["y"]):
-                assert len(row) == self.words, f"{self.job_name()}: expected beat {p} has " \
-                                               f"{len(row)} words, y carries {self.words}"
-                self.checker.add_expected(YBeat(tuple(row), int(p == beats - 1),
+            for p, (word, tag) in enumerate(zip(job["y"], job["tags"], strict=True)):
+                self.checker.add_expected(YBeat(word, int(p == beats - 1),
                                                 job["regs"]["out_fmt"]), cycle,
-                                          tag=f"{self.job_name()} "
-                                              f"{tags[p] if tags else f'pass {p}'}")
+                                          tag=f"{self.job_name()} {tag}")
 
     def abort_job(self, cycle: int) -> None:
         """The running job is abandoned by a reset at ``cycle``: drop its input beats and its
@@ -332,7 +314,7 @@ class NBitsTB:
             f"{', which was reset' if j >= 0 and self.aborted[j] else ''})")
         got = self.received[j]
         got.append(payload)
-        beat = YBeat.from_payload(payload, self.words, job["regs"]["out_fmt"])
+        beat = YBeat.from_payload(payload, job["regs"]["out_fmt"])
         if job["y"] is not None:
             self.checker.add_actual(beat, cycle)
         else:
@@ -385,9 +367,6 @@ async def test_jobs(dut):
     params = {**DEFAULTS, **tbconfig.params()}
     if params["seed"] is None:
         params["seed"] = cocotb.RANDOM_SEED
-    params.setdefault("words", params.get("pe"))
-    params.setdefault("inputs", V1_INPUTS)
-    params.setdefault("registers", V1_REGISTERS)
     with open(params["jobs_file"]) as f:
         jobs = json.load(f)
     tb = NBitsTB(dut, params, jobs)

@@ -1,136 +1,13 @@
-"""The performance model (qaccel.model.perf): each bound of a MatMulNBits pass, bytes per
-stream, a whole call's latency as the sum of the RTL units' own latencies, the elementwise
-units' calls, and bad input. Agreement with the RTL: tests/rtl/test_matmul_nbits.py
-(test_utilisation, test_whole_call_cycles) and tests/qaccel/test_rtl_engine.py."""
+"""The performance models (qaccel.model.perf): the elementwise units' calls and bad input to
+them and to the v2 engine's model. Agreement with the RTL: tests/qaccel/test_rtl_engine.py
+(elementwise_call) and tests/rtl/test_matmul_nbits_v2.py (nbits_v2_call)."""
 
 from __future__ import annotations
-
-from fractions import Fraction
 
 import pytest
 
 from qaccel.model.config import AccelConfig
-from qaccel.model.perf import (
-    OUTPUT_LATENCY,
-    elementwise_call,
-    nbits_call,
-    nbits_latency,
-    nbits_pass,
-)
-
-P2S4 = AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True)
-#: The v1 engine of the old default configuration (AccelConfig() is the v2 engine now).
-V1 = AccelConfig(pe=4, simd=8, weight_bus_width=128, float_path=True, m_tile=1,
-                 dsp_pairs=None)
-
-
-@pytest.mark.parametrize(("config", "kwargs", "bound", "cycles"), [
-    (P2S4, dict(K=1024, bits=4, block_size=32), "compute", 256),
-    (P2S4, dict(K=1000, bits=4, block_size=32), "compute", 256),          # K padded to blocks
-    (P2S4, dict(K=1024, bits=5, block_size=32), "weight bus", 320),
-    (V1, dict(K=1024, bits=5, block_size=32), "weight bus", 160),
-    (AccelConfig(pe=4, simd=16, weight_bus_width=128, float_path=True),  # an average
-     dict(K=1040, bits=3, block_size=16), "weight bus", Fraction(195, 2)),
-    (P2S4, dict(K=128, bits=4, block_size=32), "fold", 64),
-    (AccelConfig(pe=1, simd=16, weight_bus_width=128, float_path=True),
-     dict(K=1024, bits=4, block_size=16, bias=True), "scale stream", 65),
-    (V1, dict(K=1024, bits=4, block_size=32, accuracy_level=0, bias=True),
-     "compute", 128),
-    (AccelConfig(pe=1, simd=16, weight_bus_width=32, partial_sums=2, float_path=False),
-     dict(K=1024, bits=2, block_size=16), "accumulate", 8 * 31 + 1 + 1),  # RTL: 250
-    (AccelConfig(pe=1, simd=8, weight_bus_width=64, partial_sums=3, float_path=True),
-     # a beat per operand
-     dict(K=1024, bits=4, block_size=32, accuracy_level=0), "accumulate", 8 * 42 + 1 + 1),
-    (V1, dict(K=1024, bits=4, block_size=32, accuracy_level=4, bias=True),
-     "compute", 128),
-])
-def test_bounds(config, kwargs, bound, cycles):
-    p = nbits_pass(config, **kwargs)
-    assert (p.bound, p.cycles) == (bound, cycles)
-    assert p.limits[bound] <= p.cycles and all(v <= p.cycles for v in p.limits.values())
-
-
-def test_paths_bytes_and_rates():
-    p = nbits_pass(V1, K=1000, bits=4, block_size=32, zero_points="packed")
-    assert p.path == "int8" and p.macs == 4000
-    assert p.bytes == {"a": 1000 * 4, "w": 4 * 1024 * 4 // 8, "s": 32 * 4 * 8,
-                       "z": 16 * 4, "y": 16}
-    assert p.macs_per_cycle == pytest.approx(4000 / 128) and p.utilisation < 1.0
-    assert nbits_pass(V1, K=64, bits=4, block_size=32,
-                      zero_points="float").path == "float"
-    assert nbits_pass(V1, K=64, bits=4, block_size=32,
-                      zero_points="none").bytes["z"] == 0
-
-
-@pytest.mark.parametrize(("kwargs", "exc", "match"), [
-    (dict(bits=9), ValueError, "bits must be one of"),
-    (dict(bits=4.0), TypeError, "bits must be an integer"),
-    (dict(block_size=24), ValueError, "block_size must be a power of two"),
-    (dict(block_size=512), ValueError, "block_size must be in .*512"),
-    (dict(K=0), ValueError, "K must be in"),
-    (dict(zero_points="int"), ValueError, "zero_points must be one of"),
-    (dict(accuracy_level=5), ValueError, "accuracy_level must be in"),
-])
-def test_bad_input_is_named(kwargs, exc, match):
-    args = dict(K=64, bits=4, block_size=32) | kwargs
-    with pytest.raises(exc, match=match):
-        nbits_pass(P2S4, **args)
-
-
-def test_float_path_must_be_carried():
-    config = AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=False)
-    with pytest.raises(ValueError, match="float_path"):
-        nbits_pass(config, K=64, bits=4, block_size=32, accuracy_level=0)
-    with pytest.raises(TypeError, match="config must be an AccelConfig"):
-        nbits_pass({}, K=64, bits=4, block_size=32)
-
-
-SHAPES = [P2S4, AccelConfig(pe=4, simd=2, weight_bus_width=64, partial_sums=3, float_path=True),
-          AccelConfig(pe=1, simd=16, weight_bus_width=32, partial_sums=2, float_path=True), V1]
-
-
-@pytest.mark.parametrize("config", SHAPES, ids=["p2s4", "p4s2", "p1s16", "default"])
-def test_latency_is_the_units_latencies(config):
-    """nbits_latency is the sum of the RTL units' own latency attributes (plus the block-term
-    hand-off), so a change in a unit's pipeline shows here."""
-    from qaccel.rtl import matmul_nbits as engine
-    from qaccel.rtl.activation_quant import ActivationQuant
-    from qaccel.rtl.block_scale import BlockScale
-    from qaccel.rtl.float_mac import FloatMac
-    from qaccel.rtl.mac_array import MacArray
-    from qaccel.rtl.row_accumulate import RowAccumulate
-
-    pe, simd, sums = config.pe, config.simd, config.partial_sums
-    assert OUTPUT_LATENCY == engine._OUT_DECODE_LATENCY + engine._OUT_ROUND_LATENCY + 2
-    mac = MacArray(pe=pe, simd=simd, max_block=config.max_block_size)
-    int8_units = (ActivationQuant(simd=simd, max_block=config.max_block_size,
-                                  count_width=engine.COUNT_WIDTH).latency + mac.latency
-                  + BlockScale(pe=pe, isum_width=mac.isum_width,
-                               asum_width=mac.asum_width).latency
-                  + RowAccumulate(pe=pe, partial_sums=sums).latency)
-    for bs in (16, 32, 256):
-        assert nbits_latency(config, block_size=bs, path="int8") == \
-            int8_units + bs // simd + 1 + OUTPUT_LATENCY
-    assert nbits_latency(config, block_size=32, path="float") == \
-        FloatMac(pe=pe, simd=simd, partial_sums=sums).latency + OUTPUT_LATENCY
-
-
-def test_whole_call():
-    """Start cycles + passes + latency; bytes and MACs of the whole call."""
-    c = nbits_call(P2S4, M=2, N=4, K=1024, bits=4, block_size=32)
-    assert c.passes == 4 and c.latency == 151 and c.bound == "compute"
-    assert c.cycles == 5 + 4 * 256 + 151                                   # RTL: 1180
-    assert nbits_call(P2S4, M=2, N=4, K=1024, bits=4, block_size=32,
-                      accuracy_level=0).cycles == 7 + 4 * 256 + 124       # RTL: 1155
-    assert c.macs == 2 * 4 * 1024 and c.bytes["w"] == 4 * 2 * 1024 * 4 // 8
-    assert c.utilisation == pytest.approx(8192 / 1180 / 8)
-    # short rows wait for the fold, but the first does not: RTL 488
-    assert nbits_call(P2S4, M=3, N=4, K=64, bits=4, block_size=16).cycles == 5 + 16 + 5 * 64 + 147
-    for name, value in (("M", 0), ("N", 0)):
-        with pytest.raises(ValueError, match=f"{name} must be in"):
-            nbits_call(P2S4, **({"M": 1, "N": 1} | {name: value}), K=64, bits=4, block_size=32)
-    with pytest.raises(ValueError, match="path must be"):
-        nbits_latency(P2S4, block_size=32, path="int4")
+from qaccel.model.perf import elementwise_call, nbits_v2_call
 
 
 def test_elementwise_call():
@@ -157,3 +34,23 @@ def test_elementwise_call():
 def test_elementwise_bad_input(op, jobs, exc, match):
     with pytest.raises(exc, match=match):
         elementwise_call(AccelConfig(), op, jobs)
+
+
+@pytest.mark.parametrize(("kwargs", "exc", "match"), [
+    (dict(M=0), ValueError, "M must be in"),
+    (dict(K=2048), ValueError, r"K must be in \[1, 1024\], not 2048"),
+    (dict(bits=9), ValueError, "bits must be one of"),
+    (dict(bits=4.0), TypeError, "bits must be an integer"),
+    (dict(block_size=24), ValueError, "block_size must be a power of two"),
+    (dict(block_size=512), ValueError, "block_size must be in .*512"),
+    (dict(float_path=1), TypeError, "float_path must be a bool"),
+    (dict(float_path=True), ValueError, "need an engine built with config.float_path"),
+    (dict(float_zero_points=True), ValueError, "float_zero_points calls take the float path"),
+])
+def test_nbits_v2_call_bad_input_is_named(kwargs, exc, match):
+    config = AccelConfig(pe=4, simd=2, m_tile=3, max_k=1024, max_block_size=256)
+    args = dict(M=1, N=8, K=64, bits=4, block_size=32) | kwargs
+    with pytest.raises(exc, match=match):
+        nbits_v2_call(config, **args)
+    with pytest.raises(TypeError, match="config must be an AccelConfig"):
+        nbits_v2_call({}, **args)

@@ -38,7 +38,7 @@ def test_ecp5_25k_is_the_default_config():
     assert preset("ecp5-25k") == AccelConfig() and preset("ecp5-25k").dsp_pairs == 12
     c = preset("ecp5-85k")
     assert (c.pe, c.simd, c.m_tile, c.weight_bus_width, c.dsp_pairs, c.float_path) == (
-        128, 1, 4, 1024, None, False)
+        128, 1, 4, 1024, None, True)
 
 
 def test_unknown_preset():

@@ -92,8 +92,8 @@ def test_rtl_default_config_is_the_ecp5_25k_v2_engine():
      r"no float path .* accuracy_level 4 with zero points packed and a g_idx"),
 ])
 def test_rtl_default_config_refuses_the_float_path(change, match):
-    """Float-path calls need a configuration with float_path (the v1 engine, until v2's
-    float path lands): the default one refuses them before building anything, for any M."""
+    """Float-path calls need a configuration with float_path: the default one refuses them
+    before building anything, for any M."""
     call = {"accuracy_level": 4, **_nbits_call()}
     call.update(change)
     with pytest.raises(ValueError, match=match):

@@ -1,11 +1,10 @@
 # amaranth: UnusedElaboratable=no
 """qaccel.RTL.matmul_nbits and ``qaccel sim matmul-nbits``: MatMulNBits answered by the
-simulated engines. Level-4 calls with integer or no zero points run on the v2 engine (the
+simulated engine. Level-4 calls with integer or no zero points run on the v2 engine (the
 pe 4 x simd 2, row tiles of 3 shape of tests/rtl/test_matmul_nbits_v2.py, so the builds are
-shared); float-path calls (levels 0..3, g_idx) on the v2 engine of a configuration with
-``float_path`` (the pe 4 x simd 2 float shape there); float zero points on the v1 engine of
-such a configuration (the small two-path shape of tests/rtl/test_matmul_nbits.py); the
-default engine (ecp5-25k) once."""
+shared); float-path calls (levels 0..3, g_idx, float zero points) on the v2 engine of a
+configuration with ``float_path`` (the pe 4 x simd 2 float shape there); the default engine
+(ecp5-25k) once."""
 
 from __future__ import annotations
 

@@ -104,7 +104,7 @@ def test_build_unit_matmul_is_v2():
 
 
 def test_weight_bus_bits_is_the_engines_w_stream():
-    for config in (preset("ecp5-25k"), preset("ecp5-25k").replace(pe=6, simd=4)):
+    for config in (preset("ecp5-25k"), preset("ecp5-25k").replace(pe=12, simd=4)):
         engine = hwreport.build_nbits_v2(config)
         width = engine.signature.members["w"].signature.members["payload"].shape.width
         assert hwreport.weight_bus_bits(config) == width == 4 * config.pe * config.simd
@@ -389,7 +389,7 @@ def test_synth_cli_packing_table(monkeypatch, capsys):
     def fake(component, *, target, name, router):
         routers.append(router)
         bits = int(name.rsplit("_w", 1)[1])
-        return dataclasses.replace(CANNED, name=name, target=target, dsp=8 if bits > 2 else 0,
+        return dataclasses.replace(CANNED, name=name, target=target, dsp=4 if bits > 2 else 0,
                                    lut=400 + 100 * (bits == 2))
 
     monkeypatch.setattr(hwreport, "synthesize", fake)
@@ -397,9 +397,9 @@ def test_synth_cli_packing_table(monkeypatch, capsys):
                      "router2"]) == 0
     assert routers == ["router2", "router2"]
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[:7] for line in out[2:4]] == [
+    assert [line.split()[:7] for line in out[2:4]] == [        # int8: a code in two columns
         ["up5k", "int2", "8", "0", "-", "500", "62.5"],
-        ["up5k", "int8", "8", "8", "1.00", "400", "50.0"]]
+        ["up5k", "int8", "4", "4", "1.00", "400", "100.0"]]
     assert out[-2:] == ["  Xilinx DSP48E2, WP486: int8 x int8, shared operand, 2 MACs per DSP",
                         "  Xilinx DSP48E2, WP521: int4 x int4, 4 MACs per DSP"]
 
@@ -407,6 +407,8 @@ def test_synth_cli_packing_table(monkeypatch, capsys):
 def test_mac_packing_errors():
     with pytest.raises(ValueError, match="widths"):
         hwreport.mac_packing(["ecp5-25k"], [1])
+    with pytest.raises(ValueError, match="targets must be in .*, not 'ecp5-12k'"):
+        hwreport.mac_packing(["ecp5-12k"], [4])
     with pytest.raises(ValueError, match="router must be one of router1, router2, not None"):
         hwreport.mac_packing(["ecp5-25k"], [4], router=None)
 
@@ -422,28 +424,33 @@ def test_undriven_dsp_inputs(tmp_path):
     assert hwreport.undriven_dsp_inputs(dataclasses.replace(r, build_dir=None)) == 0
 
 
-def test_code_width_mac_computes_with_narrow_codes():
-    """The packing harness passes ``bits``-bit codes to the MAC array unchanged."""
-    dut = hwreport._CodeWidthMac(pe=2, simd=2, max_block=16, bits=3)
+@pytest.mark.parametrize(("bits", "codes", "want"), [
+    (3, [[5, 7], [1, 0]], [3 * 5 - 2 * 7, 3]),                     # a column's nibbles
+    (8, [[0xA5, 0x3C]], [3 * 5 - 2 * 0xC, 3 * 0xA - 2 * 3]),         # low, high nibble columns
+])
+def test_code_width_mac_feeds_codes_as_the_engine(bits, codes, want):
+    """The packing harness gives the packed MAC array 2..4-bit codes as nibbles and 5..8-bit
+    codes split into a low-nibble and a high-nibble column (``lo + 16 * hi`` is the code)."""
+    dut = hwreport._CodeWidthMac(pe=2, simd=2, max_block=16, bits=bits)
+    assert dut.macs == 2 * len(codes)
     got = []
 
     async def bench(ctx):
-        beat = [(dut.a.payload, {"qa": [3, -2], "block_last": 1, "last": 1}),
-                (dut.w.payload, [[5, 7], [1, 0]]), (dut.a.valid, 1), (dut.w.valid, 1),
-                (dut.o.ready, 1)]
-        for port, value in beat:
-            ctx.set(port, value)
-        await ctx.tick()
-        for port in (dut.a.valid, dut.w.valid):
-            ctx.set(port, 0)
+        ctx.set(dut.i.payload, {"qa": [3, -2], "w": codes, "row": 0, "first": 1, "last": 1})
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.o.ready, 1)
+        await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
         (payload,) = await ctx.tick().sample(dut.o.payload).until(dut.o.valid)
-        got.append((list(payload.isum), payload.asum))
+        got.append(list(payload.isum))
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run_until(1e-4)
-    assert got == [([3 * 5 - 2 * 7, 3], 1)]
+    assert got == [want]
+    if bits > 4:
+        assert want[0] + 16 * want[1] == 3 * 0xA5 - 2 * 0x3C
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,9 +471,10 @@ def test_synth_cli_quantize_real(tmp_path, capsys):
 
 @pytest.mark.synth
 def test_mac_packing_real():
-    """One int8 MAC per MULT18X18D on ECP5 (Yosys infers no 9x9 split of the DSP)."""
+    """Two int4 MACs per MULT18X18D on ECP5, one int8 MAC (a code in two nibble columns)."""
     if (reason := missing_tools("ecp5-25k")) is not None:
         pytest.skip(reason)
-    (row,) = hwreport.mac_packing(["ecp5-25k"], [8])
-    print(hwreport.format_packing([row]))
-    assert (row.macs, row.dsp, row.macs_per_dsp, row.undriven_dsp) == (8, 8, 1.0, 0)
+    rows = hwreport.mac_packing(["ecp5-25k"], [4, 8])
+    print(hwreport.format_packing(rows))
+    assert [(r.macs, r.dsp, r.macs_per_dsp, r.undriven_dsp) for r in rows] == [
+        (8, 4, 2.0, 0), (4, 4, 1.0, 0)]

@@ -13,7 +13,7 @@ import pytest
 from qaccel.model.config import AccelConfig
 from qaccel.model.nbits import quantize_weights_nbits
 from qaccel.model.perf import nbits_v2_call
-from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2
+from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2, lane_column, wide_columns
 from qaccel.sim.elementwise_sim import design_key
 from qaccel.sim.nbits_jobs import NBitsJobV2, is_nan_code, nbits_job_v2
 from qaccel.sim.streamsim import Segment, StreamSim
@@ -169,6 +169,28 @@ def test_illegal_shapes_are_rejected():
                          accuracy_level=level, config=SHAPES["p8s1t2"])
     with pytest.raises(ValueError, match="m_tile must be a multiple of 4 .* not 6"):
         MatMulNBitsV2(AccelConfig(pe=8, m_tile=6, float_path=True))
+
+
+@pytest.mark.parametrize(("pe", "lanes"), [(32, 2), (128, 8), (8, 1), (4, 4), (16, 8)])
+def test_lane_columns(pe, lanes):
+    """Every output column is one lane's term exactly once; a lane's MAC columns are a
+    contiguous run of J, and at 5..8 bits both MAC columns of its output columns are its own
+    (or, one MAC column per lane, the column and its partner pe / 2 further on)."""
+    J = pe // lanes
+    for wide, cols in ((False, pe), (True, pe // 2)):
+        got = [lane_column(pe, lanes, f, j, wide) for f in range(lanes) for j in range(J)]
+        # lane by lane, each lane's run in order: the y stream's column order
+        assert [c for c in got if c is not None] == list(range(cols))
+    pairs = wide_columns(pe, lanes)
+    for f in range(lanes):
+        own = set(range(f * J, f * J + J))
+        assert {lane_column(pe, lanes, f, j, False) for j in range(J)} == own
+        for j in range(J):
+            c = lane_column(pe, lanes, f, j, True)
+            if c is not None:
+                assert set(pairs[c]) <= own if J > 1 else pairs[c] == (c, c + pe // 2)
+    with pytest.raises(ValueError, match=r"pe / scale_lanes .* must be 1 or even.* 6 / 2"):
+        MatMulNBitsV2(AccelConfig(pe=6, simd=4, weight_bus_width=128))
 
 
 #: Calls whose cycles the performance model must give exactly: bits, block_size, K, N, M

@@ -18,8 +18,8 @@ from amaranth.hdl import ClockDomain, Module, signed, unsigned
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-from qaccel.rtl.mac_array import signed_width
 from qaccel.rtl.packed_mac_array import PackedMacArray
+from qaccel.rtl.pipeline import signed_width
 from qaccel.sim.runner import missing_simulator
 from qaccel.sim.streamsim import Segment, StreamSim
 
@@ -648,6 +648,7 @@ def test_widths_and_contract_numbers():
         m = mb.bit_length() - 1
         assert u.acc_width == m + 12 == signed_width(-128 * 15 * mb, 127 * 15 * mb)
         assert -128 * 15 * mb < -(1 << (u.acc_width - 2))            # minimal
+    assert signed_width(0, 0) == 1 and signed_width(-1, 0) == 1 and signed_width(-2, 1) == 2
     u = PackedMacArray(pe=8, simd=4, rows=4)
     assert (u.acc_width, u.row_width, u.dsp_pairs, u.lut_pairs) == (20, 2, 16, 0)
     assert not hasattr(u, "isum_width")

@@ -1,9 +1,10 @@
 # amaranth: UnusedElaboratable=no
-"""The MatMulNBits engine v2 through cocotb (sim/tb_matmul_nbits.py, sim/nbits_sim.py, the
-testbench v1 runs through): jobs back to back under random idle cycles and back-pressure,
-every ``y`` word bit-exact with qaccel.model.nbits_hw.matmul_nbits_v2 where ``job.real``,
-``last`` on each job's last beat only, on Verilator and on Icarus; a reset in the middle of a
-job leaves the engine idle and the next job exact; a hung engine fails on the watchdog.
+"""The MatMulNBits engine v2 through cocotb (sim/tb_matmul_nbits.py, sim/nbits_sim.py): jobs
+back to back under random idle cycles and back-pressure, every ``y`` word bit-exact with
+qaccel.model.nbits_hw.matmul_nbits_v2 where ``job.real``, ``last`` on each job's last beat
+only, on Verilator and on Icarus; a reset in the middle of a job leaves the engine idle and
+the next job exact; a hung engine fails on the watchdog; a corrupted expected word is caught
+and named.
 """
 
 from __future__ import annotations
@@ -18,10 +19,8 @@ import numpy as np
 import pytest
 
 from qaccel.model.config import AccelConfig
-from qaccel.rtl.matmul_nbits import REGISTERS as V1_REGISTERS
-from qaccel.rtl.matmul_nbits import MatMulNBits
 from qaccel.rtl.matmul_nbits_v2 import REGISTERS, MatMulNBitsV2
-from qaccel.sim.nbits_sim import engine_ports, job_dict, nbits_name, run_nbits_cocotb
+from qaccel.sim.nbits_sim import NBITS_NAME, engine_ports, job_dict, run_nbits_cocotb
 from qaccel.sim.runner import SimulationFailed, missing_simulator
 from tests.rtl.test_matmul_nbits_v2 import FLOAT_SHAPES, make_job
 
@@ -107,27 +106,28 @@ def check_run(run, jobs):
 
 
 def test_engine_ports_and_job_dicts():
-    """What the testbench reads off each engine, the build names, the v2 job dict, and jobs
-    of the other engine refused before any build."""
+    """What the testbench reads off the engine, the build name, the job dict, and jobs that
+    do not fit refused before any build."""
     v2 = engine()
-    assert dataclasses.astuple(engine_ports(v2)) == (REGISTERS, ("a", "w", "b", "s"), 1)
-    v1 = MatMulNBits(AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=False))
-    assert dataclasses.astuple(engine_ports(v1)) == (V1_REGISTERS, ("a", "w", "s", "z"), 2)
-    assert (nbits_name(v1), nbits_name(v2)) == ("matmul_nbits", "matmul_nbits_v2")
+    assert dataclasses.astuple(engine_ports(v2)) == (REGISTERS, ("a", "w", "b", "s"))
+    assert NBITS_NAME == "matmul_nbits_v2"
 
     job = make_job(CONFIG, 4, 16, 40, 5, "none", True, 2)      # 2 groups of 4: 3 pad per row
     d = job_dict(job, reset_after=50)
     assert d["beats"] == len(d["y"]) == len(job.y) == 16 and d["reset_after"] == 50
     assert set(d["regs"]) == set(REGISTERS) and set(d["inputs"]) == {"a", "w", "b", "s"}
-    assert [w is None for (w,) in d["y"]] == (~job.real).tolist() and (~job.real).sum() == 6
+    assert [w is None for w in d["y"]] == (~job.real).tolist() and (~job.real).sum() == 6
     assert d["tags"][5] == "beat 5 (row 1, column 1)"
     assert "b" not in job_dict(make_job(CONFIG, 4, 16, 40, 5, "none", False, 1))["inputs"]
     assert job_dict(job, check=False)["y"] is None
 
-    with pytest.raises(ValueError, match="is a NBitsJobV2, engine MatMulNBits takes NBitsJob"):
-        run_nbits_cocotb(v1, [job])
     with pytest.raises(ValueError, match="reset_after names jobs"):
         run_nbits_cocotb(v2, [job], reset_after={1: 30})
+    other = dataclasses.replace(job, regs={**job.regs, "passes": 1})
+    with pytest.raises(ValueError, match="does not fit the engine"):
+        run_nbits_cocotb(v2, [other])
+    with pytest.raises(ValueError, match="at least one NBitsJobV2"):
+        run_nbits_cocotb(v2, [])
 
 
 def run(jobs, simulator, config=CONFIG, **kw):
@@ -144,6 +144,19 @@ def run(jobs, simulator, config=CONFIG, **kw):
 def test_verilator_jobs_under_pauses():
     jobs = [make_job(CONFIG, *c) for c in CASES]
     run(jobs, "verilator", seed=7)
+
+
+@needs("verilator")
+def test_verilator_no_pauses_is_faster():
+    """Without pauses the same jobs take fewer cycles (the cycle counts are measured)."""
+    jobs = [make_job(CONFIG, *c) for c in CASES[:2]]
+    fast = run_nbits_cocotb(engine(), jobs, simulator="verilator", seed=1)
+    slow = run_nbits_cocotb(engine(), jobs, simulator="verilator", idle=0.5, backpressure=0.5,
+                            seed=2)
+    check_run(fast, jobs)
+    check_run(slow, jobs)
+    assert all(f < s for f, s in zip(fast.cycles, slow.cycles, strict=True)), \
+        (fast.cycles, slow.cycles)
 
 
 @needs("icarus")
