@@ -13,6 +13,7 @@ from amaranth.hdl import (
     unsigned,
 )
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -21,7 +22,7 @@ from qaccel.rtl.block_fifo import BlockFifo
 from qaccel.rtl.ecp5 import registered_product
 from qaccel.rtl.pipeline import signed_width
 
-__all__ = ["MAX_BLOCK", "PE", "ROWS", "SHIFT", "SIMD", "PackedMacArray"]
+__all__ = ["BLOCK_FIFO_MAX_PE", "MAX_BLOCK", "PE", "ROWS", "SHIFT", "SIMD", "PackedMacArray"]
 
 #: K elements per step :class:`PackedMacArray` supports.
 SIMD = (1, 2, 4, 8, 16)
@@ -33,6 +34,8 @@ ROWS = range(1, 17)
 MAX_BLOCK = range(16, 1025)
 #: Bit position of the second nibble in a multiplier's packed operand ``n0 + n1 * 2 ** SHIFT``.
 SHIFT = 12
+#: Widest array whose output FIFO is in block RAM (above: LUT RAM).
+BLOCK_FIFO_MAX_PE = 64
 #: Bits of one nibble product ``qa * n`` (``-1920 .. 1905``), signed: exactly ``SHIFT``.
 PRODUCT_WIDTH = 12
 #: Bits of a packed product ``qa * (n0 + n1 * 2 ** SHIFT)`` (``|P| <= 128 * 61455``), signed.
@@ -101,7 +104,12 @@ class PackedMacArray(wiring.Component):
     word is read, added to the step's sums and written back in the same cycle, so a row's
     next step may follow in the very next cycle. ``rows = 16`` needs 17 words: a second RAM
     bank and a multiplexer in that loop. On ``last`` the sums are registered and written
-    as they are into the output FIFO (:class:`~qaccel.rtl.block_fifo.BlockFifo`, block RAM).
+    as they are into the output FIFO: :class:`~qaccel.rtl.block_fifo.BlockFifo` (block RAM)
+    up to :data:`BLOCK_FIFO_MAX_PE` columns, :class:`~amaranth.lib.fifo.SyncFIFOBuffered`
+    (LUT RAM, the same cycles) above, where a FIFO of ``pe * acc_width`` bits would take
+    more than 36 DP16KD spread over the part's block-RAM rows, which nextpnr could not route
+    around on the LFE5U-85F (``pe = 128``: 72 DP16KD; router2's overuse grew from its 11th
+    iteration, against convergence with the LUT-RAM FIFO).
 
     DSP mapping: each DSP slot is :func:`qaccel.rtl.ecp5.registered_product`. With
     ``ecp5=False`` (default) the packed product is a ``*`` between two registers, which
@@ -327,8 +335,10 @@ class PackedMacArray(wiring.Component):
         P, S, R = self._pe, self._simd, self._rows
         i, o = self.i, self.o
         depth = self._fifo_depth
-        m.submodules.fifo = out_fifo = BlockFifo(width=o.payload.shape().size, depth=depth,
-                                                 ecp5=self._ecp5)
+        width = o.payload.shape().size
+        m.submodules.fifo = out_fifo = (
+            BlockFifo(width=width, depth=depth, ecp5=self._ecp5) if P <= BLOCK_FIFO_MAX_PE
+            else SyncFIFOBuffered(width=width, depth=depth))
 
         # -- admission within the credit -------------------------------------------------------
         reserved = Signal(range(depth + 1))     # blocks whose last beat is in, o not yet out
