@@ -155,6 +155,12 @@ class AccelConfig:
         None: all of them. A budget: a value of at least ``pe * simd / 2`` also means all of
         them and is stored as None (so ``AccelConfig(pe=4, simd=2)`` takes the default 12
         and equals ``AccelConfig(pe=4, simd=2, dsp_pairs=None)``).
+    clusters : int
+        MatMulNBits engine v2: column slices (1..16), each ``pe / clusters`` columns with
+        ``scale_lanes / clusters`` float lanes, its own copy of the activations and its own
+        weight feed, hand-off and read-out, so each places as a compact block on a large
+        part (docs/matmul_nbits_v2.md). The same streams and cycles as one slice; ``pe`` and
+        ``scale_lanes`` must be multiples of it.
 
     The MatMulNBits defaults are the ``ecp5-25k`` v2 engine (``pe`` 32, ``simd`` 1,
     ``m_tile`` 4, ``max_k`` 4096, ``dsp_pairs`` 12, no float path).
@@ -182,6 +188,7 @@ class AccelConfig:
     m_tile: int = 4
     max_k: int = 4096
     dsp_pairs: int | None = 12
+    clusters: int = 1
     _slug: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -238,6 +245,10 @@ class AccelConfig:
         if self.dsp_pairs is not None and check_int("dsp_pairs", self.dsp_pairs, 0) >= \
                 self.pe * self.simd // 2:
             set_(self, "dsp_pairs", None)       # a budget covering every slot: all of them
+        n = check_int("clusters", self.clusters, 1, 16)
+        if self.pe % n or self.scale_lanes % n:
+            raise ValueError(f"clusters must divide pe ({self.pe}) and the float lanes "
+                             f"({self.scale_lanes}), not {n}")
         for x in self.q_inputs:
             for s in self.scales:
                 need = self.division_type(x, s)

@@ -13,7 +13,8 @@ docs/matmul_nbits_v2.md.
 * ``ecp5-85k`` (LFE5U-85F: 83,640 LUT4, 156 MULT18X18D, 208 DP16KD): 128 MACs per cycle at
   2..4 bits, eight float lanes, every MAC pair on a multiplier, and the float path
   (accuracy_level 0..3, g_idx and float zero points in block floating point: four int8
-  digit rows per row of A, so 32 of those MACs per cycle).
+  digit rows per row of A, so 32 of those MACs per cycle). Four clusters of 32 columns and
+  two lanes each (the 25F's slice), so each places as a compact block.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ __all__ = ["PRESETS", "TARGET_PRESETS", "preset", "target_preset"]
 #: configuration, ``AccelConfig()``.
 PRESETS: dict[str, AccelConfig] = {
     "ecp5-25k": AccelConfig(),
-    "ecp5-85k": AccelConfig(pe=128, weight_bus_width=1024, dsp_pairs=None, float_path=True),
+    "ecp5-85k": AccelConfig(pe=128, weight_bus_width=1024, dsp_pairs=None, float_path=True,
+                            clusters=4),
 }
 
 

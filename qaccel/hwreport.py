@@ -416,7 +416,8 @@ def engine_summary(config: AccelConfig) -> str:
     c = config
     pairs = c.pe * c.simd // 2
     dsp = f"all {pairs}" if c.dsp_pairs is None else f"{c.dsp_pairs} of {pairs}"
-    return (f"engine v2 pe {c.pe} x simd {c.simd}, m_tile {c.m_tile}, max_k {c.max_k}, "
+    slices = f", {c.clusters} clusters" if c.clusters > 1 else ""
+    return (f"engine v2 pe {c.pe} x simd {c.simd}{slices}, m_tile {c.m_tile}, max_k {c.max_k}, "
             f"{dsp} MAC pairs on DSPs: peak {c.pe * c.simd} MAC/cycle at 2..4 bits, "
             f"{c.pe * c.simd // 2} at 5..8")
 

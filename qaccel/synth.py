@@ -41,6 +41,7 @@ from typing import Any
 from amaranth.lib import wiring
 
 from qaccel.model.validate import check_int
+from qaccel.rtl.pipeline import KEEP_ATTR
 from qaccel.rtl.timing_wrapper import TimingWrapper
 from qaccel.rtl.verilog import emit_verilog
 from qaccel.sim.runner import build_root, digest, file_lock
@@ -337,10 +338,15 @@ def check_router(router: str) -> str:
     return router
 
 
-def _yosys_script(t: Target, name: str) -> str:
+def _yosys_script(t: Target, name: str, keep_marked: bool = False) -> str:
+    """The Yosys script; ``keep_marked``: the flip-flops driving wires marked
+    :data:`~qaccel.rtl.pipeline.KEEP_ATTR` get ``keep``, so identical copies stay apart
+    (the line is left out otherwise, so other designs keep their cache keys)."""
     synth = (f"synth_ecp5 -top {name} -json {name}.json" if t.family == "ecp5"
              else f"synth_ice40 -dsp -top {name} -json {name}.json")
-    return f"read_verilog {name}.v\nproc\nopt_clean -purge\n{synth}\n"
+    keep = (f"setattr -set keep 1 a:{KEEP_ATTR} %ci1:+[Q] a:{KEEP_ATTR} %d\n" if keep_marked
+            else "")
+    return f"read_verilog {name}.v\nproc\n{keep}opt_clean -purge\n{synth}\n"
 
 
 def _nextpnr_args(t: Target, name: str, freq_mhz: float, seed: int) -> list[str]:
@@ -499,7 +505,7 @@ def synthesize(
     # lines), key the cache on the text without them (the logic only).
     text = emit_verilog(wrapper, name, emit_src=True)
     logic = _SRC_ATTR.sub("", text)
-    script = _yosys_script(t, name)
+    script = _yosys_script(t, name, keep_marked=KEEP_ATTR in logic)
     nextpnr_args = _nextpnr_args(t, name, freq_mhz, seed)
     if router != "router1":                       # router1's builds keep their cache keys
         nextpnr_args += ["--router", router]

@@ -4,62 +4,33 @@ share each weight fetch. Bit-exact with :func:`qaccel.model.nbits_hw.matmul_nbit
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
+from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import AccelConfig
 from qaccel.model.validate import check_bool
-from qaccel.rtl.fp32_narrow import LATENCY as _OUT_ROUND_LATENCY
-from qaccel.rtl.fp32_narrow import Fp32Narrow
-from qaccel.rtl.lane_admission import LaneAdmission
-from qaccel.rtl.packed_mac_array import PackedMacArray
-from qaccel.rtl.pipeline import delay
+from qaccel.rtl.nbits_cluster import (
+    COUNT_WIDTH,
+    OUT_FORMATS,
+    NBitsCluster,
+    lane_column,
+    stream_members,
+    wide_columns,
+)
 from qaccel.rtl.row_quantizer import RowQuantizer
-from qaccel.rtl.scale_lane import ScaleLane
 
 __all__ = ["COUNT_WIDTH", "OUT_FORMATS", "REGISTERS", "MatMulNBitsV2", "lane_column",
            "wide_columns"]
 
-#: ``out_fmt`` values: the type ``y`` is rounded to (A's type), by index.
-OUT_FORMATS = ("float32", "float16", "bfloat16")
 #: The job registers (input ports), latched at ``start``.
 REGISTERS = ("k", "block_size", "bits", "m", "groups", "bias", "out_fmt", "fmode")
-#: Width of the ``k``, ``m`` and ``groups`` registers.
-COUNT_WIDTH = 22
-_Y_FIFO = 16           # y beats reserved past the rounding (more than its latency)
-_TERM_REG = 1           # the terms' register between the hand-off and the lanes
-_BANK_READ_LATENCY = 2  # the output banks' registered read, then the lane choice registered
+_SPLIT_FIFO = 8         # w, s and b beats buffered per cluster (with several clusters)
+_MERGE_FIFO = 8         # y beats buffered after the clusters' merge (with several clusters)
 
 
 def _log2(n: int) -> int:
     return (n - 1).bit_length()
-
-
-def wide_columns(pe: int, lanes: int) -> tuple[tuple[int, int], ...]:
-    """The MAC columns of each output column at 5..8 bits: ``(lo, hi)`` for column
-    ``c < pe / 2``, the MAC columns whose nibble sums make ``isum = lo + 16 * hi`` (the host
-    packs the code's low and high nibbles there): ``(2c, 2c + 1)``, both among the MAC
-    columns of the lane that serves ``c`` (:func:`lane_column`), or with one MAC column per
-    lane (``pe = lanes``) ``(c, c + pe / 2)``."""
-    if pe == lanes:
-        return tuple((c, c + pe // 2) for c in range(pe // 2))
-    return tuple((2 * c, 2 * c + 1) for c in range(pe // 2))
-
-
-def lane_column(pe: int, lanes: int, f: int, j: int, wide: bool) -> int | None:
-    """The output column of lane ``f``'s term ``j`` (``0 <= j < J = pe / lanes``), or None
-    for a term that carries none (at 5..8 bits). Each lane serves a contiguous run of MAC
-    columns, ``f * J .. f * J + J - 1``, so its block sums come from one part of the MAC
-    array: at 2..4 bits output column ``f * J + j``; at 5..8 bits (``pe / 2`` columns)
-    ``f * J / 2 + j`` for ``j < J / 2`` (or column ``f`` of the first ``pe / 2`` lanes when
-    ``J = 1``)."""
-    J = pe // lanes
-    if not wide:
-        return f * J + j
-    if J == 1:
-        return f if f < pe // 2 else None
-    return f * (J // 2) + j if j < J // 2 else None
 
 
 class MatMulNBitsV2(wiring.Component):
@@ -97,6 +68,13 @@ class MatMulNBitsV2(wiring.Component):
         Per tile and group, the tile's rows in order, each ``cols`` results (float32, or
         float16 / bfloat16 by ``out_fmt`` in the low 16 bits), ``last`` on the job's last.
 
+    ``config.clusters`` cuts the columns into that many :class:`NBitsCluster` slices, each
+    with ``F / clusters`` lanes, its own copy of the tile's activations, its weight feed,
+    MAC array, hand-off and read-out (on a large part each places as a compact block, so no
+    control net spans the chip). The streams and their layouts are the same: each slice
+    takes its part of every ``w``, ``s`` and ``b`` beat through a small FIFO (a beat goes
+    when all have room), and ``y`` merges the slices' words row by row.
+
     ``ecp5=True`` builds the units' ECP5 primitives (registered MULT18X18D, DP16KD) for
     synthesis; simulation needs the default, which describes the same cycles behaviourally.
 
@@ -120,8 +98,9 @@ class MatMulNBitsV2(wiring.Component):
     keeps up (``y`` taking a word a cycle keeps the read-out unthrottled: its FIFO's credit
     covers the output latency); ``F`` float lanes take ``F`` block terms per cycle, which a
     block of 16 needs when ``F = pe * simd / 16``. Per tile, the rows are loaded (one ``a``
-    element per cycle) before the groups run and the tile's last outputs are read out before
-    the next tile loads. :func:`qaccel.model.perf.nbits_v2_call` gives a call's cycles.
+    element per cycle) before the groups run and the tile's last ``y`` words are sent before
+    the next tile loads (and before ``busy`` falls). :func:`qaccel.model.perf.nbits_v2_call`
+    gives a call's cycles.
     """
 
     def __init__(self, config: AccelConfig | None = None, *, ecp5: bool = False):
@@ -143,16 +122,24 @@ class MatMulNBitsV2(wiring.Component):
             raise ValueError(f"pe / scale_lanes (MAC columns per float lane) must be 1 or "
                              f"even for the v2 engine (5..8-bit columns pair two of a lane's "
                              f"MAC columns), not {pe} / {F}")
-        self._mac = PackedMacArray(pe=pe, simd=simd, rows=config.m_tile,
-                                   max_block=config.max_block_size,
-                                   dsp_pairs=config.dsp_pairs, ecp5=ecp5)
+        n = config.clusters
+        if (pe // n) % 2:
+            raise ValueError(f"pe / clusters must be even for the v2 engine (two columns "
+                             f"share a multiplier), not {pe} / {n}")
+        if n > 1 and self._J == 1:
+            raise ValueError(f"clusters ({n}) need at least two MAC columns per float lane "
+                             f"(pe / scale_lanes = {pe} / {F})")
         self._rq = RowQuantizer(max_block=config.max_block_size, ecp5=ecp5,
                                 bfp=config.float_path)
-        asum_width = self._rq.asum_width
-        self._lanes = [ScaleLane(depth=config.m_tile * self._J,
-                                 isum_width=self._mac.acc_width, asum_width=asum_width,
-                                 ecp5=ecp5)
-                       for _ in range(F)]
+        blk = self._rq.blk.payload.shape()
+        dsp = config.dsp_pairs
+        self._clusters = [
+            NBitsCluster(pe=pe // n, simd=simd, lanes=F // n, rows=config.m_tile,
+                         max_block=config.max_block_size, max_k=config.max_k,
+                         float_path=config.float_path,
+                         dsp_pairs=None if dsp is None else dsp // n + (e < dsp % n),
+                         blk_layout=blk, input_stage=n > 1, ecp5=ecp5)
+            for e in range(n)]
         super().__init__({
             "k": In(unsigned(COUNT_WIDTH)),
             "block_size": In(unsigned(16)),
@@ -165,12 +152,7 @@ class MatMulNBitsV2(wiring.Component):
             "start": In(1),
             "busy": Out(1),
             "a": In(stream.Signature(unsigned(32))),
-            "w": In(stream.Signature(unsigned(4 * pe * simd))),
-            "b": In(stream.Signature(data.ArrayLayout(unsigned(32), F))),
-            "s": In(stream.Signature(data.ArrayLayout(
-                data.StructLayout({"scale": unsigned(32), "zp": unsigned(8)}), F))),
-            "y": Out(stream.Signature(data.StructLayout({"y": unsigned(32),
-                                                         "last": unsigned(1)}))),
+            **stream_members(pe, simd, F),
         })
 
     @property
@@ -191,16 +173,17 @@ class MatMulNBitsV2(wiring.Component):
         readable;
         ``out``: a bank word taken to its ``y`` beat (the bank's registered read, the
         float16 / bfloat16 rounding of :class:`~qaccel.rtl.fp32_narrow.Fp32Narrow` and the
-        ``y`` FIFO);
-        ``next_tile``: a tile's last bank word taken to the next tile's quantiser start;
+        ``y`` FIFO; with several clusters, their merge);
+        ``next_tile``: a tile's last bank word taken to the next tile's quantiser start (the
+        clusters' ``idle`` is a register);
         ``done``: the last ``y`` beat to ``busy`` low; and the units' ``mac`` and
         ``recurrence`` and the row quantiser's ``quantizer`` latency."""
-        return {"start": 3, "issue": 2, "to_lane": 3, "bank": 1,
-                "out": _BANK_READ_LATENCY + _OUT_ROUND_LATENCY + 2,
-                "next_tile": 4,
-                "done": 1, "mac": self._mac.latency,
-                "lane": _TERM_REG + self._lanes[0].latency,
-                "recurrence": self._lanes[0].recurrence, "quantizer": self._rq.latency}
+        cl = self._clusters[0]
+        merge = 2 if len(self._clusters) > 1 else 0
+        return {"start": 4, "issue": 2 + merge // 2, "to_lane": 3, "bank": 1,
+                "out": cl.out_latency + merge, "next_tile": 5 + cl.out_latency,
+                "done": 5 - merge, "mac": cl.mac.latency, "lane": cl.lane_latency,
+                "recurrence": cl.lane.recurrence, "quantizer": self._rq.latency}
 
     @property
     def row_quantizer(self) -> RowQuantizer:
@@ -218,23 +201,21 @@ class MatMulNBitsV2(wiring.Component):
         m = Module()
         cfg = self._config
         pe, simd, T, mb = cfg.pe, cfg.simd, cfg.m_tile, cfg.max_block_size
-        F, J = self._lanes_n, self._J
         CW = COUNT_WIDTH
         steps_max = cfg.max_k // simd
         kb_max = cfg.max_k // 16
         log_steps, log_kb = _log2(steps_max), _log2(kb_max)
         log_simd = _log2(simd)
         m.submodules.rq = rq = self._rq
-        m.submodules.mac = mac = self._mac
-        for f, lane in enumerate(self._lanes):
-            m.submodules[f"lane{f}"] = lane
+        clusters = self._clusters
+        for e, cl in enumerate(clusters):
+            m.submodules[f"cluster{e}"] = cl
 
         # -- job registers ----------------------------------------------------------------------
         k_r = Signal(CW)
         bs_r = Signal(range(mb + 1))
         log_bs = Signal(range(_log2(mb) + 1))
         bits_r = Signal(4)
-        m_r = Signal(CW)
         groups_r = Signal(CW)
         bias_r = Signal()
         out_fmt_r = Signal(2)
@@ -244,74 +225,77 @@ class MatMulNBitsV2(wiring.Component):
         two = Signal()                      # 2-bit weights: two steps per word
         rows_r = Signal(range(T + 1))       # rows of the current tile (digit rows in fmode)
         out_rows = Signal(range(T + 1))     # its rows of A and y (rows_r / 4 in fmode)
-        row0 = Signal(CW)                   # first row of the current tile
+        left = Signal(CW)                   # rows of A from the current tile on
         last_tile = Signal()
         # the float path (block floating point: four int8 digit rows per row of A), with
         # ``config.float_path`` only
         fmode = Signal() if cfg.float_path else Const(0, 1)
         fzp = Signal() if cfg.float_path else Const(0, 1)     # and float zero points
-        out_groups = Signal(CW)             # groups whose MAC results are all attached
-        read_groups = Signal(CW)            # groups whose outputs are all read out
 
         with m.Switch(bs_r):
             for e in range(4, _log2(mb) + 1):
                 with m.Case(1 << e):
                     m.d.comb += log_bs.eq(e)
         m.d.comb += [wide.eq(bits_r > 4), two.eq(bits_r == 2)]
-        load_go = Signal()
+        load_go = Signal()                  # (registers: high in LOAD_START, COMPUTE_START)
         feed_go = Signal()
-        feeding = Signal()
+        m.d.sync += [load_go.eq(0), feed_go.eq(0)]
+        idle = Signal()                     # every cluster's tile done (a cycle behind)
+        y_empty = Signal(init=1)            # no y word past the clusters (their merge)
+        m.d.comb += idle.eq(Cat(cl.idle for cl in clusters).all())
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(self.start & (self.k != 0) & (self.m != 0) & (self.groups != 0)):
                     m.d.sync += [k_r.eq(self.k), bs_r.eq(self.block_size),
-                                 bits_r.eq(self.bits), m_r.eq(self.m),
+                                 bits_r.eq(self.bits), left.eq(self.m),
                                  groups_r.eq(self.groups), bias_r.eq(self.bias),
-                                 out_fmt_r.eq(self.out_fmt), row0.eq(0)]
+                                 out_fmt_r.eq(self.out_fmt)]
                     if cfg.float_path:
                         m.d.sync += [fmode.eq(self.fmode[0]),
                                      fzp.eq(self.fmode[0] & self.fmode[1])]
                     m.next = "SIZE"
-            with m.State("SIZE"):
-                kb = (k_r + bs_r - 1) >> log_bs
-                m.d.sync += [kb_r.eq(kb), steps_r.eq((kb << log_bs) >> log_simd)]
+            with m.State("SIZE"):              # (two cycles: an add and a shift in each)
+                m.d.sync += kb_r.eq((k_r + bs_r - 1) >> log_bs)
+                m.next = "STEPS"
+            with m.State("STEPS"):
+                m.d.sync += steps_r.eq((kb_r << log_bs) >> log_simd)
                 m.next = "TILE"
             with m.State("TILE"):
-                left = m_r - row0
                 Ta = Mux(fmode, T // 4, T) if cfg.float_path else T   # rows of A per tile
                 act_rows = Mux(left <= Ta, left, Ta)
                 m.d.sync += [rows_r.eq(Mux(fmode, act_rows << 2, act_rows)),
                              out_rows.eq(act_rows), last_tile.eq(left <= Ta)]
+                m.d.sync += load_go.eq(1)
                 m.next = "LOAD_START"
             with m.State("LOAD_START"):
-                m.d.comb += load_go.eq(1)
                 m.next = "LOAD"
             with m.State("LOAD"):
                 with m.If(~rq.busy & ~load_go):
+                    m.d.sync += feed_go.eq(1)
                     m.next = "COMPUTE_START"
             with m.State("COMPUTE_START"):
-                m.d.comb += feed_go.eq(1)
                 m.next = "COMPUTE"
             with m.State("COMPUTE"):
-                with m.If(~feeding & ~feed_go & (out_groups == groups_r)
-                          & (read_groups == groups_r)):
-                    m.d.sync += row0.eq(row0 + out_rows)
+                with m.If(idle):
+                    m.d.sync += left.eq(left - out_rows)
                     m.next = "NEXT"
             with m.State("NEXT"):
-                with m.If(row0 < m_r):
+                with m.If(left != 0):
                     m.next = "TILE"
                 with m.Else():
                     m.next = "DRAIN"
-            with m.State("DRAIN"):
-                with m.If(self.y.valid & self.y.ready & self.y.payload.last):
+            with m.State("DRAIN"):            # (the clusters have sent all; the merge empty)
+                with m.If(y_empty):
                     m.next = "IDLE"
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
 
-        # -- activations: the row quantiser into the activation and block memories -------------
-        act = memory.Memory(shape=unsigned(8 * simd), depth=T * steps_max, init=[])
-        blkp = memory.Memory(shape=rq.blk.payload.shape(), depth=T * kb_max, init=[])
-        m.submodules.act_mem, m.submodules.blk_mem = act, blkp
-        act_w, blk_w = act.write_port(), blkp.write_port()
+        # -- activations: the row quantiser into every cluster's activation and block memories -
+        # (each write registered here, then broadcast)
+        act_w = Signal.like(clusters[0].act_w)
+        blk_w = Signal.like(clusters[0].blk_w)
+        act_wr = Signal.like(act_w, name="act_wr")
+        blk_wr = Signal.like(blk_w, name="blk_wr")
+        m.d.sync += [act_wr.eq(act_w), blk_wr.eq(blk_w)]
         m.d.comb += [rq.k.eq(k_r), rq.block_size.eq(bs_r), rq.rows.eq(out_rows),
                      rq.start.eq(load_go),
                      *([rq.fmode.eq(fmode)] if cfg.float_path else []),
@@ -363,311 +347,71 @@ class MatMulNBitsV2(wiring.Component):
             m.d.sync += [lane_i.eq(0), lrow.eq(0), lstep.eq(0), lbase.eq(0), brow.eq(0),
                          bblk.eq(0), bdig.eq(0)]
 
-        # -- weight steps into the MAC array, the tile's rows taking turns ----------------------
-        # (every compare of a counter with its end is a register, set when the counter moves)
-        act_r = act.read_port()
-        c = Signal(log_steps + 1)           # step of the row
-        cb = Signal(range(mb // simd + 1))  # step within the block
-        r = Signal(range(T))
-        g = Signal(CW)
-        c_last, cb_last, r_last, g_last = Signal(), Signal(), Signal(), Signal()
-        bpb = bs_r >> log_simd              # steps per block
-        # two stages: s1 holds the step while the activation memory reads its word; s2 adds
-        # that word (a register after the block RAM's slow unregistered output)
-        s1_valid, s2_valid = Signal(), Signal()
-        s1, s2 = Signal(mac.i.payload.shape()), Signal(mac.i.payload.shape())
-        advance2 = ~s2_valid | mac.i.ready
-        advance = ~s1_valid | advance2
-        issue = Signal()
-        m.d.comb += issue.eq(feeding & self.w.valid & advance)
-        half = Signal()
-        m.d.comb += half.eq(two & c[0])
-        nib = Signal(4 * pe * simd)
-        with m.If(two):
-            lo2 = Mux(half, self.w.payload[2 * pe * simd:], self.w.payload[:2 * pe * simd])
-            for i in range(pe * simd):
-                m.d.comb += nib[4 * i:4 * i + 4].eq(lo2[2 * i:2 * i + 2])
-        with m.Else():
-            m.d.comb += nib.eq(self.w.payload)
-        word_done = r_last & (~two | c[0] | c_last)
-        m.d.comb += [self.w.ready.eq(issue & word_done),
-                     act_r.addr.eq((r << log_steps) | c[:log_steps]), act_r.en.eq(advance),
-                     mac.i.payload.eq(s2), mac.i.valid.eq(s2_valid)]
-        with m.If(advance2):
-            m.d.sync += [s2_valid.eq(s1_valid), s2.eq(s1), s2.qa.eq(act_r.data)]
-        with m.If(advance):
-            m.d.sync += [s1_valid.eq(issue), s1.w.eq(nib), s1.row.eq(r),
-                         s1.first.eq(cb == 0), s1.last.eq(cb_last)]
-        with m.If(issue):
-            with m.If(r_last):
-                m.d.sync += [r.eq(0), r_last.eq(rows_r == 1),
-                             cb.eq(Mux(cb_last, 0, cb + 1)),
-                             cb_last.eq(Mux(cb_last, bpb == 1, cb == bpb - 2))]
-                with m.If(c_last):
-                    m.d.sync += [c.eq(0), c_last.eq(steps_r == 1),
-                                 g.eq(g + 1), g_last.eq(g == groups_r - 2)]
-                    with m.If(g_last):
-                        m.d.sync += feeding.eq(0)
-                with m.Else():
-                    m.d.sync += [c.eq(c + 1), c_last.eq(c == steps_r - 2)]
+
+        # -- the clusters: job fields, the tile's activations, and the streams cut by columns ---
+        for cl in clusters:
+            m.d.comb += [cl.kb.eq(kb_r), cl.steps.eq(steps_r), cl.bpb.eq(bs_r >> log_simd),
+                         cl.rows.eq(rows_r), cl.out_rows.eq(out_rows), cl.groups.eq(groups_r),
+                         cl.wide.eq(wide), cl.two.eq(two), cl.bias.eq(bias_r),
+                         cl.out_fmt.eq(out_fmt_r), cl.fmode.eq(fmode), cl.fzp.eq(fzp),
+                         cl.last_tile.eq(last_tile), cl.load_go.eq(load_go),
+                         cl.feed_go.eq(feed_go), cl.act_w.eq(act_wr), cl.blk_w.eq(blk_wr)]
+        n = len(clusters)
+        if n == 1:
+            cl = clusters[0]
+            for port in ("w", "s", "b"):
+                wiring.connect(m, wiring.flipped(getattr(self, port)), getattr(cl, port))
+            wiring.connect(m, cl.y, wiring.flipped(self.y))
+            return m
+        # several clusters: each takes its slice of a w, s or b beat through a small FIFO (so
+        # none waits on another's ready); the beat goes when every FIFO has room, which a
+        # register says a cycle ahead (each FIFO at most _SPLIT_FIFO - 3 full: room for this
+        # beat and the next whatever the readers do)
+        for port in ("w", "s", "b"):
+            src = getattr(self, port)
+            beat = Value.cast(src.payload)
+            width = len(beat) // n
+            rooms = []
+            for e, cl in enumerate(clusters):
+                q = fifo.SyncFIFOBuffered(width=width, depth=_SPLIT_FIFO)
+                m.submodules[f"{port}_fifo{e}"] = q
+                dst = getattr(cl, port)
+                part = beat[e * width:(e + 1) * width]
+                if port == "w":             # 2-bit words: each half a step of every column
+                    h, hw = len(beat) // 2, width // 2
+                    lo, hi = beat[e * hw:(e + 1) * hw], beat[h + e * hw:h + (e + 1) * hw]
+                    part = Mux(two, Cat(lo, hi), part)
+                m.d.comb += [q.w_data.eq(part), q.w_en.eq(src.valid & src.ready),
+                             dst.payload.eq(q.r_data), dst.valid.eq(q.r_rdy),
+                             q.r_en.eq(dst.ready)]
+                rooms.append(q.level <= _SPLIT_FIFO - 3)
+            room = Signal(name=f"{port}_room")
+            m.d.sync += room.eq(Cat(rooms).all())
+            m.d.comb += src.ready.eq(room)
+        # y: each row's words cluster by cluster (its cols = pe / n, or half at 5..8 bits),
+        # into a FIFO; the job's last word is the last cluster's last
+        cols = pe // n
+        sel = Signal(range(n))
+        word_i = Signal(range(cols))
+        word_last = Signal()                # word_i == this chunk's last
+        m.submodules.y_fifo = y_fifo = fifo.SyncFIFOBuffered(width=33, depth=_MERGE_FIFO)
+        m.d.comb += y_empty.eq(y_fifo.level == 0)
+        y_room = Signal()                   # (a register, as for the split above)
+        m.d.sync += y_room.eq(y_fifo.level <= _MERGE_FIFO - 3)
+        with m.Switch(sel):
+            for e, cl in enumerate(clusters):
+                with m.Case(e):
+                    last = cl.y.payload.last if e == n - 1 else 0
+                    m.d.comb += [y_fifo.w_data.eq(Cat(cl.y.payload.y, last)),
+                                 y_fifo.w_en.eq(cl.y.valid & y_room),
+                                 cl.y.ready.eq(y_room)]
+        m.d.comb += word_last.eq(word_i == Mux(wide, cols // 2 - 1, cols - 1))
+        with m.If(y_fifo.w_en):
+            with m.If(word_last):
+                m.d.sync += [word_i.eq(0), sel.eq(Mux(sel == n - 1, 0, sel + 1))]
             with m.Else():
-                m.d.sync += [r.eq(r + 1), r_last.eq(r == rows_r - 2)]
-        with m.If(feed_go):
-            m.d.sync += [feeding.eq(1), c.eq(0), cb.eq(0), r.eq(0), g.eq(0),
-                         c_last.eq(steps_r == 1), cb_last.eq(bpb == 1),
-                         r_last.eq(rows_r == 1), g_last.eq(groups_r == 1)]
-
-        # -- MAC results: held in a register with their block's activation scale and sum -------
-        # (the MAC array's output FIFO is the buffer; a result leaves it once the lanes have
-        # taken its J terms)
-        # (every compare that the hand-off needs is a register, set when its counter moves)
-        blk_r = blkp.read_port()
-        head_valid = Signal()
-        head_isum = Signal.like(mac.o.payload.isum)
-        head_row = Signal.like(mac.o.payload.row)
-        head_first, head_last = Signal(), Signal()
-        need_s, need_b = Signal(), Signal()        # the head's row 0: s beats; and bias beats
-        ob = Signal(log_kb + 1)                    # block of the next result
-        orow = Signal(range(T))                    # its row
-        ob_last, orow_last = Signal(), Signal()    # ob == kb_r - 1, orow == rows_r - 1
-        ob_zero, orow_zero = Signal(init=1), Signal(init=1)     # ob == 0, orow == 0
-        j = Signal(range(J))
-        j_last = Signal(init=J == 1)               # j == J - 1
-        # with float zero points (fzp) a result's terms come twice: its J weight terms, then
-        # (zt) its J zero-point terms, d = asum with the s beats' scales z
-        zt = Signal() if cfg.float_path else Const(0, 1)
-        r_last = j_last & (zt | ~fzp)              # the head's last term
-        go = Signal()
-        h_move = ~head_valid | (go & r_last)
-        accept = mac.o.valid & h_move
-        # the next result's accumulator row (its row of A) and whether its terms open or close
-        # the accumulators: in fmode its digit rows share one, opened by digit 0, closed by 3
-        if cfg.float_path:
-            o_arow = Mux(fmode, orow >> 2, orow)
-            o_first = ob_zero & (~fmode | (orow[:2] == 0))
-            o_last = ob_last & (~fmode | (orow[:2] == 3))
-        else:
-            o_arow, o_first, o_last = orow, ob_zero, ob_last
-        o_need_s = orow_zero                       # its terms take s beats; and bias beats
-        o_need_b = bias_r & ob_zero & o_need_s
-        m.d.comb += [mac.o.ready.eq(h_move),
-                     blk_r.addr.eq((orow << log_kb) | ob[:log_kb]), blk_r.en.eq(h_move)]
-        with m.If(h_move):
-            # (the result's row and block from the hand-off's counters, which follow the MAC
-            # array's order, rather than from its block RAM FIFO's slow output)
-            m.d.sync += [head_valid.eq(mac.o.valid), head_isum.eq(mac.o.payload.isum),
-                         head_row.eq(o_arow), head_first.eq(o_first),
-                         head_last.eq(o_last), need_s.eq(o_need_s), need_b.eq(o_need_b)]
-        head_blk = data.View(rq.blk.payload.shape(), blk_r.data)
-        # a group's last result taken: counted a cycle later (only the tile's end waits on
-        # out_groups, and its read-out comes later still)
-        group_done = Signal()
-        m.d.sync += group_done.eq(0)
-        with m.If(group_done):
-            m.d.sync += out_groups.eq(out_groups + 1)
-        with m.If(accept):
-            with m.If(orow_last):
-                m.d.sync += [orow.eq(0), orow_last.eq(rows_r == 1), orow_zero.eq(1),
-                             ob.eq(Mux(ob_last, 0, ob + 1)), ob_zero.eq(ob_last),
-                             ob_last.eq(Mux(ob_last, kb_r == 1, ob == kb_r - 2))]
-                m.d.sync += group_done.eq(ob_last)
-            with m.Else():
-                m.d.sync += [orow.eq(orow + 1), orow_last.eq(orow == rows_r - 2),
-                             orow_zero.eq(0)]
-        with m.If(load_go):
-            m.d.sync += [ob.eq(0), orow.eq(0), out_groups.eq(0), read_groups.eq(0),
-                         group_done.eq(0), ob_zero.eq(1), orow_zero.eq(1),
-                         ob_last.eq(kb_r == 1), orow_last.eq(rows_r == 1)]
-
-        # -- the lanes: each MAC result as J terms per lane, in lock step -----------------------
-        # A term goes when it can (its scale and bias beats are there) and the admission
-        # allows it: a register, decided a cycle ahead for the term offered next.
-        def term_addr(row, jj):
-            jj = Const(jj, len(j)) if isinstance(jj, int) else jj[:len(j)]
-            return Cat(jj, row) if J & (J - 1) == 0 else row * J + jj
-        m.submodules.admission = adm = LaneAdmission.for_lane(self._lanes[0])
-        # the scale and bias beats wait in a register each, so whether the term offered next
-        # has its beats is known a cycle ahead: part of the admission's candidates, whose
-        # registered verdict is `go` itself (no stream's valid on the hand-off's enables)
-        s_buf = Signal.like(self.s.payload, reset_less=True)
-        b_buf = Signal.like(self.b.payload, reset_less=True)
-        s_full, b_full = Signal(), Signal()
-        need_bt = need_b & ~zt                     # this term takes a bias beat
-        for port, buf, full, need in ((self.s, s_buf, s_full, need_s),
-                                      (self.b, b_buf, b_full, need_bt)):
-            pop = go & need
-            m.d.comb += port.ready.eq(~full | pop)
-            with m.If(port.valid & port.ready):
-                m.d.sync += buf.eq(port.payload)
-            m.d.sync += full.eq((port.valid & port.ready) | (full & ~pop))
-        # a beat there next cycle: if no term goes now (stay), or if this one goes (advance)
-        s_stay, b_stay = s_full | self.s.valid, b_full | self.b.valid
-        s_adv = Mux(need_s, self.s.valid, s_stay)
-        b_adv = Mux(need_bt, self.b.valid, b_stay)
-        terms = data.ArrayLayout(self._lanes[0].i.payload.shape(), F)
-        term_in = Signal(terms)
-        # the terms registered beside the hand-off: the lanes' inputs come from registers
-        # (their J-way multiplexers and the lanes are far apart on the chip)
-        term_r = Signal(terms, reset_less=True)
-        term_v = Signal()
-        m.d.sync += [term_r.eq(term_in), term_v.eq(go)]
-        m.d.comb += go.eq(adm.ok)
-        with m.If(go):
-            m.d.sync += [j.eq(Mux(j_last, 0, j + 1)),
-                         j_last.eq(Mux(j_last, J == 1, j == J - 2))]
-            if cfg.float_path:
-                with m.If(j_last):
-                    m.d.sync += zt.eq(~zt & fzp)
-        # the term offered next: if none goes now, this one (or, with no head, the next
-        # result's first); if this one goes, the head's next term or the next result's first
-        # (its row from the hand-off's own counter, not from the MAC array's block RAM FIFO)
-        # (and only with its scale and bias beats there: `s_*` / `b_*` of its case)
-
-        def beats(n_s, n_b, s_there, b_there):
-            return (~n_s | s_there) & (~n_b | b_there)
-
-        def flags(z):
-            """A head term's (first, last) in phase ``z``."""
-            return head_first & ~z, head_last & (z | ~fzp)
-
-        first_of_next = [(mac.o.valid & beats(o_need_s, o_need_b, s_av, b_av),
-                          term_addr(o_arow, 0), o_first, o_last & ~fzp)
-                         for s_av, b_av in ((s_stay, b_stay), (s_adv, b_adv))]
-        this_term = (beats(need_s, need_bt, s_stay, b_stay), term_addr(head_row, j),
-                     *flags(zt))
-        zt_next = zt | j_last                      # (the next term of the same head)
-        j_next = Mux(j_last, 0, j + 1) if cfg.float_path else j + 1
-        next_term = (beats(need_s, need_b & ~zt_next, s_adv, b_adv),
-                     term_addr(head_row, j_next), *flags(zt_next))
-        for cand, sel, a, b in ((adm.stay, head_valid, this_term, first_of_next[0]),
-                                (adm.advance, r_last, first_of_next[1], next_term)):
-            m.d.comb += [field.eq(Mux(sel, x, y)) for field, x, y in zip(
-                (cand.valid, cand.addr, cand.first, cand.last), a, b, strict=True)]
-        t_first, t_last = flags(zt)
-        m.d.comb += [adm.take.eq(go), adm.beat.addr.eq(term_addr(head_row, j)),
-                     adm.beat.last.eq(t_last)]
-        pairs = wide_columns(pe, F)
-        replay_layout = data.StructLayout({"scale": unsigned(32), "zp": unsigned(8),
-                                           "bias": unsigned(32)})
-        for f, lane in enumerate(self._lanes):
-            # (a term's s beat kept for the tile's other rows; 2 J entries with fzp)
-            rep = memory.Memory(shape=replay_layout, depth=2 * J if cfg.float_path else J,
-                                init=[])
-            m.submodules[f"replay{f}"] = rep
-            rw, rr = rep.write_port(), rep.read_port(domain="comb")
-            cur = Signal(replay_layout, name=f"params{f}")
-            slot = Mux(zt, j + J, j) if cfg.float_path else j
-            m.d.comb += [rr.addr.eq(slot), rw.addr.eq(slot), rw.en.eq(go & need_s),
-                         cur.eq(rr.data)]
-            with m.If(need_s):
-                m.d.comb += [cur.scale.eq(s_buf[f].scale), cur.zp.eq(s_buf[f].zp)]
-                with m.If(need_bt):
-                    m.d.comb += cur.bias.eq(b_buf[f])
-                with m.Elif(~head_first):
-                    m.d.comb += cur.bias.eq(rr.data.bias)
-            m.d.comb += rw.data.eq(cur)
-            # the term's block sums: MAC column lane_column(...), or at 5..8 bits the two
-            # MAC columns of its output column (wide_columns)
-            isum = Signal.like(head_isum[0], name=f"isum{f}")
-            isum_hi = Signal.like(head_isum[0], name=f"isum_hi{f}")
-            with m.Switch(j):
-                for jj in range(J):
-                    c = lane_column(pe, F, f, jj, False)
-                    cw = lane_column(pe, F, f, jj, True)
-                    with m.Case(jj):
-                        if cw is not None:
-                            lo, hi = pairs[cw]
-                            m.d.comb += [isum.eq(Mux(wide, head_isum[lo], head_isum[c])),
-                                         isum_hi.eq(Mux(wide, head_isum[hi], 0))]
-                        else:
-                            m.d.comb += isum.eq(head_isum[c])
-            if cfg.float_path:                     # a zero-point term: d = asum (zp 0)
-                isum, isum_hi = Mux(zt, head_blk.asum, isum), Mux(zt, 0, isum_hi)
-            li = term_in[f]
-            m.d.comb += [li.isum.eq(isum), li.isum_hi.eq(isum_hi),
-                         li.asum.eq(head_blk.asum), li.sa.eq(head_blk.sa),
-                         li.sb.eq(cur.scale), li.zp.eq(cur.zp),
-                         li.bias.eq(Mux(bias_r, cur.bias, 0)),
-                         li.first.eq(t_first), li.last.eq(t_last),
-                         li.addr.eq(term_addr(head_row, j)),
-                         lane.i.payload.eq(term_r[f]), lane.i.valid.eq(term_v)]
-
-        # -- lane outputs into two banks; the y path reads a full bank row by row ---------------
-        depth = 1 << _log2(T * J)
-        banks = []
-        for f in range(F):
-            mem = memory.Memory(shape=unsigned(32), depth=2 * depth, init=[])
-            m.submodules[f"out{f}"] = mem
-            banks.append((mem.write_port(), mem.read_port()))         # block RAM
-        full = Signal(2)
-        wb = Signal()
-        rb = Signal()
-        wcount = Signal(range(T * J + 1))
-        out_valid = self._lanes[0].o.valid
-        out_take = out_valid & ~full.bit_select(wb, 1)
-        m.d.comb += adm.release.eq(out_take)
-        for f, lane in enumerate(self._lanes):
-            wp = banks[f][0]
-            m.d.comb += [lane.o.ready.eq(~full.bit_select(wb, 1)), wp.en.eq(out_take),
-                         wp.addr.eq((wb << _log2(depth)) | lane.o.payload.addr),
-                         wp.data.eq(lane.o.payload.y)]
-        with m.If(out_take):
-            with m.If(wcount == out_rows * J - 1):
-                m.d.sync += [wcount.eq(0), wb.eq(~wb)]
-                m.d.sync += full.bit_select(wb, 1).eq(1)
-            with m.Else():
-                m.d.sync += wcount.eq(wcount + 1)
-
-        rr_row = Signal(range(T))
-        rr_f = Signal(range(F))
-        rr_j = Signal(range(J))
-        reserved = Signal(range(_Y_FIFO + 1))
-        take = Signal()
-        m.d.comb += take.eq(full.bit_select(rb, 1) & (reserved < _Y_FIFO))
-        word = Signal(32)                   # the bank word taken two cycles before
-        with m.Switch(delay(m, rr_f, 1, "rr_f")):
-            for f in range(F):
-                with m.Case(f):
-                    m.d.sync += word.eq(banks[f][1].data)
-        for f in range(F):
-            m.d.comb += banks[f][1].addr.eq((rb << _log2(depth)) | (rr_row * J + rr_j))
-        # output columns in order: lane by lane, each its run of terms (lane_column)
-        j_end = Mux(wide, J // 2 - 1, J - 1) if J > 1 else 0
-        col_last = (rr_j == j_end) & (rr_f == Mux(wide, F // 2 - 1, F - 1) if J == 1 else
-                                      rr_f == F - 1)
-        bank_last = col_last & (rr_row == out_rows - 1)
-        job_last = bank_last & last_tile & (read_groups == groups_r - 1)
-        with m.If(take):
-            with m.If(col_last):
-                m.d.sync += [rr_f.eq(0), rr_j.eq(0)]
-                with m.If(rr_row == out_rows - 1):
-                    m.d.sync += [rr_row.eq(0), rb.eq(~rb), read_groups.eq(read_groups + 1)]
-                    m.d.sync += full.bit_select(rb, 1).eq(0)
-                with m.Else():
-                    m.d.sync += rr_row.eq(rr_row + 1)
-            with m.Elif(rr_j == j_end):
-                m.d.sync += [rr_j.eq(0), rr_f.eq(rr_f + 1)]
-            with m.Else():
-                m.d.sync += rr_j.eq(rr_j + 1)
-
-        # -- output: rounding to A's type, then a FIFO reserved by a credit ---------------------
-        assert _Y_FIFO > self.timing["out"]         # a word a cycle with y ready
-        m.submodules.y_fifo = y_fifo = fifo.SyncFIFOBuffered(width=33, depth=_Y_FIFO)
-        m.submodules.out_round = rnd = Fp32Narrow()
-        lat = rnd.latency
-        m.d.comb += [rnd.a.eq(word), rnd.fmt.eq(out_fmt_r == OUT_FORMATS.index("bfloat16")),
-                     y_fifo.w_data.eq(Mux(out_fmt_r == 0, delay(m, word, lat, "y"), rnd.y)),
-                     y_fifo.w_data[32].eq(delay(m, job_last, _BANK_READ_LATENCY + lat,
-                                                "y_last"))]
-        taken = take
-        for i in range(_BANK_READ_LATENCY + lat):
-            reg = Signal(name=f"y_taken_d{i + 1}")
-            m.d.sync += reg.eq(taken)
-            taken = reg
-        m.d.comb += y_fifo.w_en.eq(taken)
-        send = self.y.valid & self.y.ready
+                m.d.sync += word_i.eq(word_i + 1)
         m.d.comb += [self.y.payload.y.eq(y_fifo.r_data[:32]),
                      self.y.payload.last.eq(y_fifo.r_data[32]),
                      self.y.valid.eq(y_fifo.r_rdy), y_fifo.r_en.eq(self.y.ready)]
-        m.d.sync += reserved.eq(reserved + take - send)
         return m

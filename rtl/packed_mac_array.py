@@ -105,11 +105,12 @@ class PackedMacArray(wiring.Component):
     next step may follow in the very next cycle. ``rows = 16`` needs 17 words: a second RAM
     bank and a multiplexer in that loop. On ``last`` the sums are registered and written
     as they are into the output FIFO: :class:`~qaccel.rtl.block_fifo.BlockFifo` (block RAM)
-    up to :data:`BLOCK_FIFO_MAX_PE` columns, :class:`~amaranth.lib.fifo.SyncFIFOBuffered`
-    (LUT RAM, the same cycles) above, where a FIFO of ``pe * acc_width`` bits would take
-    more than 36 DP16KD spread over the part's block-RAM rows, which nextpnr could not route
-    around on the LFE5U-85F (``pe = 128``: 72 DP16KD; router2's overuse grew from its 11th
-    iteration, against convergence with the LUT-RAM FIFO).
+    up to :data:`BLOCK_FIFO_MAX_PE` columns (or as ``block_fifo`` says),
+    :class:`~amaranth.lib.fifo.SyncFIFOBuffered` (LUT RAM, the same cycles) above, where a
+    FIFO of ``pe * acc_width`` bits would take more than 36 DP16KD spread over the part's
+    block-RAM rows, which nextpnr could not route around on the LFE5U-85F (``pe = 128``: 72
+    DP16KD; router2's overuse grew from its 11th iteration, against convergence with the
+    LUT-RAM FIFO). ``block_fifo`` True / False chooses block / LUT RAM whatever ``pe``.
 
     DSP mapping: each DSP slot is :func:`qaccel.rtl.ecp5.registered_product`. With
     ``ecp5=False`` (default) the packed product is a ``*`` between two registers, which
@@ -176,7 +177,8 @@ class PackedMacArray(wiring.Component):
     """
 
     def __init__(self, *, pe: int, simd: int, rows: int = 1, max_block: int = 256,
-                 dsp_pairs: int | None = None, ecp5: bool = False):
+                 dsp_pairs: int | None = None, block_fifo: bool | None = None,
+                 ecp5: bool = False):
         self._pe = check_int("pe", pe, PE.start, PE.stop - 1)
         if pe % 2:
             raise ValueError(f"pe must be even, not {pe}")
@@ -191,6 +193,9 @@ class PackedMacArray(wiring.Component):
                                                                     0, slots)
         check_bool("ecp5", ecp5)
         self._ecp5 = ecp5
+        if block_fifo is not None:
+            check_bool("block_fifo", block_fifo)
+        self._block_fifo = pe <= BLOCK_FIFO_MAX_PE if block_fifo is None else block_fifo
         self._levels = simd.bit_length() - 1
         self._acc_width = signed_width(-128 * 15 * max_block, 127 * 15 * max_block)
         self._row_width = max(1, (rows - 1).bit_length())
@@ -337,7 +342,7 @@ class PackedMacArray(wiring.Component):
         depth = self._fifo_depth
         width = o.payload.shape().size
         m.submodules.fifo = out_fifo = (
-            BlockFifo(width=width, depth=depth, ecp5=self._ecp5) if P <= BLOCK_FIFO_MAX_PE
+            BlockFifo(width=width, depth=depth, ecp5=self._ecp5) if self._block_fifo
             else SyncFIFOBuffered(width=width, depth=depth))
 
         # -- admission within the credit -------------------------------------------------------

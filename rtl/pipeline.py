@@ -9,7 +9,12 @@ from types import SimpleNamespace
 
 from amaranth.hdl import Module, Signal, Value
 
-__all__ = ["choice_index", "delay", "field_width", "signed_width", "stage"]
+__all__ = ["KEEP_ATTR", "choice_index", "delay", "field_width", "local_copy", "signed_width",
+           "stage"]
+
+#: Attribute marking a register that synthesis must keep even where an identical one exists
+#: (:func:`local_copy`; ``qaccel.synth`` sets Yosys's ``keep`` on the flip-flops driving it).
+KEEP_ATTR = "qaccel_keep"
 
 
 def field_width(n: int) -> int:
@@ -66,3 +71,14 @@ def stage(m: Module, registered: bool, name: str, **values) -> SimpleNamespace:
             regs[key] = reg
         values = regs
     return SimpleNamespace(**values)
+
+
+def local_copy(m: Module, value, name: str) -> Signal:
+    """Return ``value`` registered (one cycle later) in a register of its own: a unit that
+    has several instances on a large part takes its inputs through one, so each instance
+    reads a nearby copy rather than one far register. The copies are identical logic, so
+    the register carries :data:`KEEP_ATTR`, for which ``qaccel.synth`` keeps it (Yosys's
+    ``opt_merge`` would otherwise merge the copies back into one)."""
+    reg = Signal.like(value, name=name, attrs={KEEP_ATTR: 1})
+    m.d.sync += reg.eq(value)
+    return reg

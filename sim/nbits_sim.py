@@ -195,7 +195,8 @@ def run_nbits_cocotb(engine: MatMulNBitsV2, jobs: Sequence[NBitsJobV2], *,
     config = {"jobs_file": str(jobs_file), "capture_file": str(capture_file),
               "registers": list(ports.registers), "inputs": list(ports.inputs), "idle": idle,
               "backpressure": backpressure, "seed": seed, "max_burst": max_burst,
-              "watchdog": watchdog or _watchdog(dicts, chunks)}
+              "watchdog": watchdog or _watchdog(dicts, chunks),
+              "busy_lag": engine.timing["done"]}       # busy low this soon after the last y
     t0 = time.perf_counter()
     _run_testbench(b, run_dir, config, "test_jobs", None, None, test_module=TEST_MODULE)
     sim_seconds = time.perf_counter() - t0

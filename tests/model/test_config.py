@@ -113,6 +113,11 @@ def test_slug_is_stable_and_distinguishes():
     ({"max_block_size": 2048}, ValueError, r"max_block_size must be in \[16, 1024\]"),
     ({"pe": 1, "weight_bus_width": 512}, ValueError, r"at most 256 bits per column"),
     ({"float_path": 1}, TypeError, "float_path must be a bool, not 1"),
+    ({"clusters": 0}, ValueError, r"clusters must be in \[1, 16\], not 0"),
+    ({"clusters": 2.0}, TypeError, "clusters must be an integer"),
+    ({"clusters": 3}, ValueError, r"clusters must divide pe \(32\) and the float lanes \(2\), "
+                                  "not 3"),
+    ({"clusters": 4}, ValueError, r"clusters must divide pe \(32\) and the float lanes \(2\)"),
 ])
 def test_errors_name_field_and_value(changes, error, match):
     with pytest.raises(error, match=match):

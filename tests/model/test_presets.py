@@ -19,7 +19,8 @@ def test_steady_state_at_least_95_percent(name, capsys):
                 for bits in range(2, 9) for bs in (16, 32, 64, 128, 256)
                 for M in (1, config.m_tile))
     with capsys.disabled():
-        print(f"\n{name}: pe {config.pe} x simd {config.simd}, {config.scale_lanes} lanes, "
+        print(f"\n{name}: pe {config.pe} x simd {config.simd}, {config.scale_lanes} lanes in "
+              f"{config.clusters} cluster(s), "
               f"worst steady-state utilisation {worst:.3f}")
     assert worst >= 0.95
 
@@ -37,8 +38,8 @@ def test_gemv_4096_int4(capsys):
 def test_ecp5_25k_is_the_default_config():
     assert preset("ecp5-25k") == AccelConfig() and preset("ecp5-25k").dsp_pairs == 12
     c = preset("ecp5-85k")
-    assert (c.pe, c.simd, c.m_tile, c.weight_bus_width, c.dsp_pairs, c.float_path) == (
-        128, 1, 4, 1024, None, True)
+    assert (c.pe, c.simd, c.m_tile, c.weight_bus_width, c.dsp_pairs, c.float_path,
+            c.clusters) == (128, 1, 4, 1024, None, True, 4)
 
 
 def test_unknown_preset():

@@ -94,7 +94,7 @@ def test_perf_tokens_are_rows_of_the_call(capsys):
                      "--block-size", "32"]) == 0
     out = capsys.readouterr().out
     assert "a call of 16 x 1024 by 1024 x 1024" in out
-    assert "engine v2 pe 128 x simd 1, m_tile 4" in out
+    assert "engine v2 pe 128 x simd 1, 4 clusters, m_tile 4" in out
     (row,) = _rows(out)
     call = nbits_v2_call(config, M=16, N=1024, K=1024, bits=4, block_size=32)
     assert call.tiles == 4 and row[:11] == _expected(call, 100.0, 1.6)

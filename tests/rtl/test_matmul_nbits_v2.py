@@ -20,19 +20,24 @@ from qaccel.sim.streamsim import Segment, StreamSim
 
 #: Engine shapes under test: pe 4 x simd 2 with row tiles of 3 (two lanes of 2 columns: the
 #: lanes stall on their accumulators at one row), pe 8 x simd 1 with tiles of 2 (one lane of
-#: 8 columns).
+#: 8 columns), pe 8 x simd 4 in two clusters (each 4 columns and one lane; their streams
+#: split and merged).
 SHAPES = {"p4s2t3": AccelConfig(pe=4, simd=2, m_tile=3, max_k=1024, max_block_size=256,
                                 float_path=False),
           "p8s1t2": AccelConfig(pe=8, simd=1, m_tile=2, max_k=512, max_block_size=256,
-                                float_path=False)}
+                                float_path=False),
+          "p8s4t2c2": AccelConfig(pe=8, simd=4, m_tile=2, max_k=512, max_block_size=256,
+                                  float_path=False, clusters=2)}
 
 #: Engines with the float path (four digit rows per row of A): pe 4 x simd 2, tiles of one
 #: row (two lanes of 2 columns: digit rows stall on the shared accumulators); pe 8 x simd 1,
-#: tiles of two rows.
+#: tiles of two rows; pe 8 x simd 4 in two clusters, tiles of one row.
 FLOAT_SHAPES = {"p4s2t4f": AccelConfig(pe=4, simd=2, m_tile=4, max_k=1024, max_block_size=256,
                                        float_path=True),
                 "p8s1t8f": AccelConfig(pe=8, simd=1, m_tile=8, max_k=512, max_block_size=256,
-                                       float_path=True)}
+                                       float_path=True),
+                "p8s4t4fc2": AccelConfig(pe=8, simd=4, m_tile=4, max_k=512, max_block_size=256,
+                                         float_path=True, clusters=2)}
 
 _SIMS: dict[AccelConfig, StreamSim] = {}
 
@@ -169,6 +174,11 @@ def test_illegal_shapes_are_rejected():
                          accuracy_level=level, config=SHAPES["p8s1t2"])
     with pytest.raises(ValueError, match="m_tile must be a multiple of 4 .* not 6"):
         MatMulNBitsV2(AccelConfig(pe=8, m_tile=6, float_path=True))
+    with pytest.raises(ValueError, match=r"pe / clusters must be even .* not 12 / 4"):
+        MatMulNBitsV2(AccelConfig(pe=12, simd=16, weight_bus_width=128, clusters=4))
+    with pytest.raises(ValueError, match=r"clusters \(2\) need at least two MAC columns per "
+                                         r"float lane \(pe / scale_lanes = 4 / 4\)"):
+        MatMulNBitsV2(AccelConfig(pe=4, simd=16, clusters=2))
 
 
 @pytest.mark.parametrize(("pe", "lanes"), [(32, 2), (128, 8), (8, 1), (4, 4), (16, 8)])

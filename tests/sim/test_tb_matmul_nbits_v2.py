@@ -202,6 +202,34 @@ def test_reset_mid_job(simulator):
     print(f"resets: early {early}, late {late}")
 
 
+#: Two clusters (pe 8 x simd 4 cut into two slices of 4 columns and one lane, the float path):
+#: the split of w, s and b and the merge of y under pauses and a reset.
+CLUSTER_CONFIG = FLOAT_SHAPES["p8s4t4fc2"]
+CLUSTER_CASES = [
+    (4, 16, 48, 13, "packed", True, 2, 4, False),     # int8 path, two groups (N 13 of 8)
+    (2, 32, 70, 9, "none", False, 1, 0, True),        # float path, g_idx, 2-bit words
+    (6, 16, 40, 5, "float", True, 1, 2, False),       # 5..8 bits, float zero points
+    (4, 16, 48, 13, "packed", True, 2, 4, False),
+]
+
+
+@pytest.mark.parametrize("simulator", ["verilator", "icarus"])
+def test_clusters_under_pauses_and_reset(simulator):
+    """The engine in two clusters (config.clusters = 2): int8- and float-path jobs under
+    random idle cycles and back-pressure, every word bit-exact and in order, with a reset in
+    the middle of the third job (the beats before it a correct prefix, the next job exact)."""
+    if missing_simulator(simulator):
+        pytest.skip(missing_simulator(simulator))
+    cases = CLUSTER_CASES if simulator == "verilator" else CLUSTER_CASES[1:]
+    jobs = [make_job(CLUSTER_CONFIG, *c[:7], level=c[7], gidx=c[8], seed=k)
+            for k, c in enumerate(cases)]
+    late = len(cases) - 2
+    r = run(jobs, simulator, config=CLUSTER_CONFIG, seed=4, reset_after={late: 300})
+    assert r.records["test_jobs"]["resets"] == 1
+    assert r.aborted[late] is not None and r.aborted[late]["y"] < len(jobs[late].y)
+    assert all(a is None for k, a in enumerate(r.aborted) if k != late)
+
+
 @needs("verilator")
 def test_watchdog_fails_a_hung_engine():
     """A job short of its last weight word never finishes: the watchdog fails the run
