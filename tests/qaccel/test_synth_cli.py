@@ -478,3 +478,34 @@ def test_mac_packing_real():
     print(hwreport.format_packing(rows))
     assert [(r.macs, r.dsp, r.macs_per_dsp, r.undriven_dsp) for r in rows] == [
         (8, 4, 2.0, 0), (4, 4, 1.0, 0)]
+
+
+def test_kept_copies_reach_the_yosys_script():
+    """A register from ``local_copy`` carries KEEP_ATTR into the Verilog; the synthesis
+    script then keeps the flip-flops driving such wires (so identical copies in several
+    clusters are not merged), and leaves the line out for designs without them."""
+    from amaranth.hdl import Module
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+
+    from qaccel.rtl.pipeline import KEEP_ATTR, local_copy
+    from qaccel.rtl.verilog import emit_verilog
+    from qaccel.synth import TARGETS, _yosys_script
+
+    class Copies(wiring.Component):
+        def __init__(self):
+            super().__init__({"i": In(4), "o": Out(8)})
+
+        def elaborate(self, platform):
+            m = Module()
+            a, b = local_copy(m, self.i, "a"), local_copy(m, self.i, "b")
+            m.d.comb += self.o.eq(a | (b << 4))
+            return m
+
+    text = emit_verilog(Copies(), "copies")
+    assert text.count(KEEP_ATTR) == 2
+    target = next(t for t in (TARGETS.values() if isinstance(TARGETS, dict) else TARGETS)
+                  if t.name == "ecp5-25k")
+    kept = _yosys_script(target, "copies", keep_marked=True)
+    assert f"setattr -set keep 1 a:{KEEP_ATTR} %ci1:+[Q] a:{KEEP_ATTR} %d" in kept
+    assert "setattr" not in _yosys_script(target, "copies")
