@@ -179,8 +179,10 @@ class MatMulNBitsV2(wiring.Component):
         ``done``: the last ``y`` beat to ``busy`` low; and the units' ``mac`` and
         ``recurrence`` and the row quantiser's ``quantizer`` latency."""
         cl = self._clusters[0]
-        merge = 2 if len(self._clusters) > 1 else 0
-        return {"start": 4, "issue": 2 + merge // 2, "to_lane": 3, "bank": 1,
+        several = len(self._clusters) > 1
+        stage = int(several)                # the clusters' input copies (NBitsCluster)
+        merge = 2 if several else 0         # the y merge's FIFO
+        return {"start": 4, "issue": 2 + stage, "to_lane": 3, "bank": 1,
                 "out": cl.out_latency + merge, "next_tile": 5 + cl.out_latency,
                 "done": 5 - merge, "mac": cl.mac.latency, "lane": cl.lane_latency,
                 "recurrence": cl.lane.recurrence, "quantizer": self._rq.latency}

@@ -504,8 +504,7 @@ def test_kept_copies_reach_the_yosys_script():
 
     text = emit_verilog(Copies(), "copies")
     assert text.count(KEEP_ATTR) == 2
-    target = next(t for t in (TARGETS.values() if isinstance(TARGETS, dict) else TARGETS)
-                  if t.name == "ecp5-25k")
+    target = TARGETS["ecp5-25k"]
     kept = _yosys_script(target, "copies", keep_marked=True)
     assert f"setattr -set keep 1 a:{KEEP_ATTR} %ci1:+[Q] a:{KEEP_ATTR} %d" in kept
     assert "setattr" not in _yosys_script(target, "copies")
