@@ -18,6 +18,7 @@ from qaccel.rtl.nbits_cluster import (
     stream_members,
     wide_columns,
 )
+from qaccel.rtl.pipeline import local_copy
 from qaccel.rtl.row_quantizer import RowQuantizer
 
 __all__ = ["COUNT_WIDTH", "OUT_FORMATS", "REGISTERS", "MatMulNBitsV2", "lane_column",
@@ -25,8 +26,12 @@ __all__ = ["COUNT_WIDTH", "OUT_FORMATS", "REGISTERS", "MatMulNBitsV2", "lane_col
 
 #: The job registers (input ports), latched at ``start``.
 REGISTERS = ("k", "block_size", "bits", "m", "groups", "bias", "out_fmt", "fmode")
-_SPLIT_FIFO = 8         # w, s and b beats buffered per cluster (with several clusters)
-_MERGE_FIFO = 8         # y beats buffered after the clusters' merge (with several clusters)
+# (with several clusters; 16 deep: one LUT RAM's depth)
+_SPLIT_FIFO = 16        # w, s and b beats buffered per cluster
+_SPLIT_MARGIN = 5       # beats a split FIFO keeps free: 4 in flight past its room, and 1
+_MERGE_FIFO = 16        # y words buffered from each cluster
+_MERGE_MARGIN = 6       # words a merge FIFO keeps free: 5 in flight past its room, and 1
+_OUT_FIFO = 8           # y words buffered after the merge
 
 
 def _log2(n: int) -> int:
@@ -48,9 +53,11 @@ class MatMulNBitsV2(wiring.Component):
         The tile's rows, ``k`` float32 elements each, one per beat.
     ``w``
         Per group, ``ceil(k_blocks * block_size / simd)`` weight steps (2-bit weights: two
-        steps per word, the first in the low half). A step is the :class:`PackedMacArray`'s
-        nibble array ``w[p][j]`` (bit ``4 * (p * simd + j)``): 3..4-bit codes one per nibble
-        (2-bit codes two bits each, zero-extended on chip); 5..8-bit codes as column ``c``'s
+        steps per word, each nibble the codes of two steps, the first in its low two bits,
+        so a slice of columns is a slice of the word). A step is the
+        :class:`PackedMacArray`'s nibble array ``w[p][j]`` (bit ``4 * (p * simd + j)``):
+        3..4-bit codes one per nibble (2-bit codes zero-extended on chip); 5..8-bit codes as
+        column ``c``'s
         low nibble in ``w[lo]`` and high nibble in ``w[hi]``, ``(lo, hi) =``
         :func:`wide_columns` ``(pe, F)[c]`` (the lane that serves column ``c`` adds
         ``16 *`` the high nibbles' sum). Columns past N carry 0.
@@ -73,7 +80,9 @@ class MatMulNBitsV2(wiring.Component):
     MAC array, hand-off and read-out (on a large part each places as a compact block, so no
     control net spans the chip). The streams and their layouts are the same: each slice
     takes its part of every ``w``, ``s`` and ``b`` beat through a small FIFO (a beat goes
-    when all have room), and ``y`` merges the slices' words row by row.
+    when all have room), and ``y`` merges the slices' words row by row, each slice sending
+    into a FIFO of its own here. Every signal between the engine and a slice runs from a
+    register to a register (the streams cross by credit: a register says there is room).
 
     ``ecp5=True`` builds the units' ECP5 primitives (registered MULT18X18D, DP16KD) for
     synthesis; simulation needs the default, which describes the same cycles behaviourally.
@@ -173,18 +182,22 @@ class MatMulNBitsV2(wiring.Component):
         readable;
         ``out``: a bank word taken to its ``y`` beat (the bank's registered read, the
         float16 / bfloat16 rounding of :class:`~qaccel.rtl.fp32_narrow.Fp32Narrow` and the
-        ``y`` FIFO; with several clusters, their merge);
+        ``y`` FIFO; with several clusters, the merge: two registers and a FIFO to it, the
+        output FIFO after it);
         ``next_tile``: a tile's last bank word taken to the next tile's quantiser start (the
-        clusters' ``idle`` is a register);
+        clusters' ``idle`` is a register; with several, the merge has taken their words);
         ``done``: the last ``y`` beat to ``busy`` low; and the units' ``mac`` and
         ``recurrence`` and the row quantiser's ``quantizer`` latency."""
         cl = self._clusters[0]
         several = len(self._clusters) > 1
         stage = int(several)                # the clusters' input copies (NBitsCluster)
-        merge = 2 if several else 0         # the y merge's FIFO
+        # the y merge: a cluster's word to its FIFO there (two registers, the FIFO), then
+        # the output FIFO
+        merge_in, merge_out = (4, 2) if several else (0, 0)
         return {"start": 4, "issue": 2 + stage, "to_lane": 3, "bank": 1,
-                "out": cl.out_latency + merge, "next_tile": 5 + cl.out_latency,
-                "done": 5 - merge, "mac": cl.mac.latency, "lane": cl.lane_latency,
+                "out": cl.out_latency + merge_in + merge_out,
+                "next_tile": 5 + cl.out_latency + merge_in,
+                "done": 5 - merge_out, "mac": cl.mac.latency, "lane": cl.lane_latency,
                 "recurrence": cl.lane.recurrence, "quantizer": self._rq.latency}
 
     @property
@@ -224,7 +237,7 @@ class MatMulNBitsV2(wiring.Component):
         kb_r = Signal(CW)                   # blocks per row
         steps_r = Signal(CW)                # weight steps per row (padded to whole blocks)
         wide = Signal()
-        two = Signal()                      # 2-bit weights: two steps per word
+        two = Signal()                      # 2-bit weights: two steps per nibble
         rows_r = Signal(range(T + 1))       # rows of the current tile (digit rows in fmode)
         out_rows = Signal(range(T + 1))     # its rows of A and y (rows_r / 4 in fmode)
         left = Signal(CW)                   # rows of A from the current tile on
@@ -243,8 +256,13 @@ class MatMulNBitsV2(wiring.Component):
         feed_go = Signal()
         m.d.sync += [load_go.eq(0), feed_go.eq(0)]
         idle = Signal()                     # every cluster's tile done (a cycle behind)
-        y_empty = Signal(init=1)            # no y word past the clusters (their merge)
-        m.d.comb += idle.eq(Cat(cl.idle for cl in clusters).all())
+        y_empty = Signal(init=1)            # no y word past the clusters (in their merge)
+        # the clusters' tile done: each idle, and (several) their words all merged
+        idles = [cl.idle for cl in clusters]
+        merged = Signal(init=1)             # (several: no word of theirs in the merge)
+        if len(clusters) > 1:               # (registered here too: see the streams below)
+            idles = [local_copy(m, v, f"idle{e}") for e, v in enumerate(idles)] + [merged]
+        m.d.comb += idle.eq(Cat(idles).all())
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(self.start & (self.k != 0) & (self.m != 0) & (self.groups != 0)):
@@ -365,48 +383,75 @@ class MatMulNBitsV2(wiring.Component):
                 wiring.connect(m, wiring.flipped(getattr(self, port)), getattr(cl, port))
             wiring.connect(m, cl.y, wiring.flipped(self.y))
             return m
-        # several clusters: each takes its slice of a w, s or b beat through a small FIFO (so
-        # none waits on another's ready); the beat goes when every FIFO has room, which a
-        # register says a cycle ahead (each FIFO at most _SPLIT_FIFO - 3 full: room for this
-        # beat and the next whatever the readers do)
+        # several clusters: every signal between the engine and a cluster goes from a register
+        # to a register (a cluster may sit across the part), so the streams cross by credit.
+        # w, s, b: a beat taken is registered beside each cluster, then written into its FIFO;
+        # the beat goes when every FIFO has room for it and those in flight (each at most
+        # _SPLIT_FIFO - _SPLIT_MARGIN full two cycles before: a register beside the FIFO,
+        # then their AND)
         for port in ("w", "s", "b"):
             src = getattr(self, port)
             beat = Value.cast(src.payload)
             width = len(beat) // n
+            take = src.valid & src.ready
             rooms = []
             for e, cl in enumerate(clusters):
                 q = fifo.SyncFIFOBuffered(width=width, depth=_SPLIT_FIFO)
                 m.submodules[f"{port}_fifo{e}"] = q
                 dst = getattr(cl, port)
                 part = beat[e * width:(e + 1) * width]
-                if port == "w":             # 2-bit words: each half a step of every column
-                    h, hw = len(beat) // 2, width // 2
-                    lo, hi = beat[e * hw:(e + 1) * hw], beat[h + e * hw:h + (e + 1) * hw]
-                    part = Mux(two, Cat(lo, hi), part)
-                m.d.comb += [q.w_data.eq(part), q.w_en.eq(src.valid & src.ready),
+                put = local_copy(m, take, f"{port}_put{e}")
+                part_r = Signal(width, name=f"{port}_part{e}", reset_less=True)
+                m.d.sync += part_r.eq(part)
+                room = Signal(name=f"{port}_room{e}")
+                m.d.sync += room.eq(q.level <= _SPLIT_FIFO - _SPLIT_MARGIN)
+                rooms.append(room)
+                m.d.comb += [q.w_data.eq(part_r), q.w_en.eq(put),
                              dst.payload.eq(q.r_data), dst.valid.eq(q.r_rdy),
                              q.r_en.eq(dst.ready)]
-                rooms.append(q.level <= _SPLIT_FIFO - 3)
             room = Signal(name=f"{port}_room")
             m.d.sync += room.eq(Cat(rooms).all())
             m.d.comb += src.ready.eq(room)
-        # y: each row's words cluster by cluster (its cols = pe / n, or half at 5..8 bits),
-        # into a FIFO; the job's last word is the last cluster's last
+        # y: a cluster sends a word when a copy beside it of its FIFO's room here says so
+        # (the FIFO at most _MERGE_FIFO - _MERGE_MARGIN full two cycles before), the word
+        # registered beside the cluster and again here, then written; each row's words
+        # are taken cluster by cluster (its cols = pe / n, or half at 5..8 bits) into the
+        # output FIFO; the job's last word is the last cluster's last
+        ins = []
+        pending = []
+        for e, cl in enumerate(clusters):
+            q = fifo.SyncFIFOBuffered(width=33, depth=_MERGE_FIFO)
+            m.submodules[f"y_fifo{e}"] = q
+            room = Signal(name=f"y_room{e}")
+            m.d.sync += room.eq(q.level <= _MERGE_FIFO - _MERGE_MARGIN)
+            may_send = local_copy(m, room, f"y_may_send{e}")
+            m.d.comb += cl.y.ready.eq(may_send)
+            last = cl.y.payload.last if e == n - 1 else 0
+            sent, word = cl.y.valid & may_send, Cat(cl.y.payload.y, last)
+            for hop in ("out", "in"):       # beside the cluster, then here
+                sent_r = Signal(name=f"y_{hop}_valid{e}")
+                word_r = Signal(33, name=f"y_{hop}_word{e}", reset_less=True)
+                m.d.sync += [sent_r.eq(sent), word_r.eq(word)]
+                sent, word = sent_r, word_r
+            m.d.comb += [q.w_en.eq(sent), q.w_data.eq(word)]
+            ins.append(q)
+            pending += [sent, q.level != 0]
         cols = pe // n
         sel = Signal(range(n))
         word_i = Signal(range(cols))
         word_last = Signal()                # word_i == this chunk's last
-        m.submodules.y_fifo = y_fifo = fifo.SyncFIFOBuffered(width=33, depth=_MERGE_FIFO)
-        m.d.comb += y_empty.eq(y_fifo.level == 0)
-        y_room = Signal()                   # (a register, as for the split above)
-        m.d.sync += y_room.eq(y_fifo.level <= _MERGE_FIFO - 3)
+        m.submodules.y_fifo = y_fifo = fifo.SyncFIFOBuffered(width=33, depth=_OUT_FIFO)
+        # (registers: a cluster's idle, here a cycle later, comes three cycles after its last
+        # word left it, so by then the word is in its FIFO here or a stage before it)
+        m.d.sync += [merged.eq(~Cat(*pending).any()),
+                     y_empty.eq(~Cat(*pending, y_fifo.level != 0).any())]
+        y_room = Signal()                   # (a register, as above)
+        m.d.sync += y_room.eq(y_fifo.level <= _OUT_FIFO - 3)
         with m.Switch(sel):
-            for e, cl in enumerate(clusters):
+            for e, q in enumerate(ins):
                 with m.Case(e):
-                    last = cl.y.payload.last if e == n - 1 else 0
-                    m.d.comb += [y_fifo.w_data.eq(Cat(cl.y.payload.y, last)),
-                                 y_fifo.w_en.eq(cl.y.valid & y_room),
-                                 cl.y.ready.eq(y_room)]
+                    m.d.comb += [y_fifo.w_data.eq(q.r_data), y_fifo.w_en.eq(q.r_rdy & y_room),
+                                 q.r_en.eq(y_room)]
         m.d.comb += word_last.eq(word_i == Mux(wide, cols // 2 - 1, cols - 1))
         with m.If(y_fifo.w_en):
             with m.If(word_last):

@@ -217,10 +217,10 @@ class NBitsCluster(wiring.Component):
         half = Signal()
         m.d.comb += half.eq(two & c[0])
         nib = Signal(4 * pe * simd)
-        with m.If(two):
-            lo2 = Mux(half, self.w.payload[2 * pe * simd:], self.w.payload[:2 * pe * simd])
+        with m.If(two):                     # (2-bit: each nibble two steps, low bits first)
             for i in range(pe * simd):
-                m.d.comb += nib[4 * i:4 * i + 4].eq(lo2[2 * i:2 * i + 2])
+                m.d.comb += nib[4 * i:4 * i + 4].eq(self.w.payload[4 * i:4 * i + 4]
+                                                    .word_select(half, 2))
         with m.Else():
             m.d.comb += nib.eq(self.w.payload)
         word_done = r_last & (~two | c[0] | c_last)
@@ -270,9 +270,17 @@ class NBitsCluster(wiring.Component):
         # with float zero points (fzp) a result's terms come twice: its J weight terms, then
         # (zt) its J zero-point terms, d = asum with the s beats' scales z
         zt = Signal() if float_path else Const(0, 1)
-        r_last = j_last & (zt | ~fzp)              # the head's last term
         go = Signal()
-        h_move = ~head_valid | (go & r_last)
+        # the term offered is the head's last, j_last & (zt | ~fzp): a register, set from the
+        # values j_last and zt take (so that taking a result is one LUT from registers)
+        if float_path:
+            head_end = Signal(init=J == 1)
+            j_last_after = Mux(go, Mux(j_last, J == 1, j == J - 2), j_last)
+            zt_after = Mux(go & j_last, ~zt & fzp, zt)
+            m.d.sync += head_end.eq(j_last_after & (zt_after | ~fzp))
+        else:
+            head_end = j_last
+        h_move = ~head_valid | (go & head_end)
         accept = mac.o.valid & h_move
         # the next result's accumulator row (its row of A) and whether its terms open or close
         # the accumulators: in fmode its digit rows share one, opened by digit 0, closed by 3
@@ -284,19 +292,28 @@ class NBitsCluster(wiring.Component):
             o_arow, o_first, o_last = orow, ob_zero, ob_last
         o_need_s = orow_zero                       # its terms take s beats; and bias beats
         o_need_b = bias_r & ob_zero & o_need_s
-        m.d.comb += [mac.o.ready.eq(h_move),
-                     blk_r.addr.eq((orow << log_kb) | ob[:log_kb]), blk_r.en.eq(h_move)]
+        m.d.comb += [mac.o.ready.eq(h_move), blk_r.addr.eq((orow << log_kb) | ob[:log_kb])]
+        if J > 1:
+            # a result's terms take J cycles, so two results are never taken in a row: the
+            # next one's entry is read ahead (its counters hold still) and registered with it
+            # (the block RAM's slow output goes no further)
+            head_blk = Signal(self._blk_layout, reset_less=True)
+            m.d.comb += blk_r.en.eq(1)
+            with m.If(h_move):
+                m.d.sync += head_blk.eq(blk_r.data)
+        else:
+            m.d.comb += blk_r.en.eq(h_move)
+            head_blk = data.View(self._blk_layout, blk_r.data)
         with m.If(h_move):
             # (the result's row and block from the hand-off's counters, which follow the MAC
             # array's order, rather than from its block RAM FIFO's slow output)
             m.d.sync += [head_valid.eq(mac.o.valid), head_isum.eq(mac.o.payload.isum),
                          head_row.eq(o_arow), head_first.eq(o_first),
                          head_last.eq(o_last), need_s.eq(o_need_s), need_b.eq(o_need_b)]
-        head_blk = data.View(self._blk_layout, blk_r.data)
         # a group's last result taken: counted a cycle later (only the tile's end waits on
         # out_groups, and its read-out comes later still)
         group_done = Signal()
-        m.d.sync += group_done.eq(0)
+        m.d.sync += group_done.eq(accept & orow_last & ob_last)
         with m.If(group_done):
             m.d.sync += out_groups.eq(out_groups + 1)
         with m.If(accept):
@@ -304,14 +321,12 @@ class NBitsCluster(wiring.Component):
                 m.d.sync += [orow.eq(0), orow_last.eq(rows_r == 1), orow_zero.eq(1),
                              ob.eq(Mux(ob_last, 0, ob + 1)), ob_zero.eq(ob_last),
                              ob_last.eq(Mux(ob_last, kb_r == 1, ob == kb_r - 2))]
-                m.d.sync += group_done.eq(ob_last)
             with m.Else():
                 m.d.sync += [orow.eq(orow + 1), orow_last.eq(orow == rows_r - 2),
                              orow_zero.eq(0)]
         with m.If(load_go):
             m.d.sync += [ob.eq(0), orow.eq(0), out_groups.eq(0), read_groups.eq(0),
-                         sent_groups.eq(0),
-                         group_done.eq(0), ob_zero.eq(1), orow_zero.eq(1),
+                         sent_groups.eq(0), ob_zero.eq(1), orow_zero.eq(1),
                          ob_last.eq(kb_r == 1), orow_last.eq(rows_r == 1)]
 
         # -- the lanes: each MAC result as J terms per lane, in lock step -----------------------
@@ -375,7 +390,7 @@ class NBitsCluster(wiring.Component):
         next_term = (beats(need_s, need_b & ~zt_next, s_adv, b_adv),
                      term_addr(head_row, j_next), *flags(zt_next))
         for cand, sel, a, b in ((adm.stay, head_valid, this_term, first_of_next[0]),
-                                (adm.advance, r_last, first_of_next[1], next_term)):
+                                (adm.advance, head_end, first_of_next[1], next_term)):
             m.d.comb += [field.eq(Mux(sel, x, y)) for field, x, y in zip(
                 (cand.valid, cand.addr, cand.first, cand.last), a, b, strict=True)]
         t_first, t_last = flags(zt)

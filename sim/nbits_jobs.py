@@ -157,10 +157,10 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
         w_steps = nib.reshape(groups, steps, pe * simd)
     else:
         w_steps = qg.reshape(groups, steps, pe * simd)
-    if op.bits == 2:              # two steps per word, the first in the low half
+    if op.bits == 2:              # two steps per word: each nibble both, the first low
         if steps % 2:
             w_steps = np.concatenate([w_steps, np.zeros_like(w_steps[:, :1])], axis=1)
-        w_group = _bitstream(w_steps.reshape(groups, -1, 2 * pe * simd), 2)
+        w_group = _bitstream(w_steps[:, 0::2] | (w_steps[:, 1::2] << 2), 4)
     else:
         w_group = _bitstream(w_steps, 4)
     w_group = w_group.reshape(-1, w_group.shape[-1])                     # words of all groups
