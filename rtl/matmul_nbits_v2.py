@@ -18,7 +18,7 @@ from qaccel.rtl.nbits_cluster import (
     stream_members,
     wide_columns,
 )
-from qaccel.rtl.pipeline import local_copy
+from qaccel.rtl.pipeline import delay, local_copy
 from qaccel.rtl.row_quantizer import RowQuantizer
 
 __all__ = ["COUNT_WIDTH", "OUT_FORMATS", "REGISTERS", "MatMulNBitsV2", "lane_column",
@@ -401,8 +401,7 @@ class MatMulNBitsV2(wiring.Component):
                 dst = getattr(cl, port)
                 part = beat[e * width:(e + 1) * width]
                 put = local_copy(m, take, f"{port}_put{e}")
-                part_r = Signal(width, name=f"{port}_part{e}", reset_less=True)
-                m.d.sync += part_r.eq(part)
+                part_r = delay(m, part, 1, f"{port}_part{e}")
                 room = Signal(name=f"{port}_room{e}")
                 m.d.sync += room.eq(q.level <= _SPLIT_FIFO - _SPLIT_MARGIN)
                 rooms.append(room)
@@ -427,12 +426,12 @@ class MatMulNBitsV2(wiring.Component):
             may_send = local_copy(m, room, f"y_may_send{e}")
             m.d.comb += cl.y.ready.eq(may_send)
             last = cl.y.payload.last if e == n - 1 else 0
-            sent, word = cl.y.valid & may_send, Cat(cl.y.payload.y, last)
+            sent = cl.y.valid & may_send
             for hop in ("out", "in"):       # beside the cluster, then here
                 sent_r = Signal(name=f"y_{hop}_valid{e}")
-                word_r = Signal(33, name=f"y_{hop}_word{e}", reset_less=True)
-                m.d.sync += [sent_r.eq(sent), word_r.eq(word)]
-                sent, word = sent_r, word_r
+                m.d.sync += sent_r.eq(sent)
+                sent = sent_r
+            word = delay(m, Cat(cl.y.payload.y, last), 2, f"y_word{e}")
             m.d.comb += [q.w_en.eq(sent), q.w_data.eq(word)]
             ins.append(q)
             pending += [sent, q.level != 0]

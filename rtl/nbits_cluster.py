@@ -271,13 +271,15 @@ class NBitsCluster(wiring.Component):
         # (zt) its J zero-point terms, d = asum with the s beats' scales z
         zt = Signal() if float_path else Const(0, 1)
         go = Signal()
-        # the term offered is the head's last, j_last & (zt | ~fzp): a register, set from the
-        # values j_last and zt take (so that taking a result is one LUT from registers)
+        # the values j_last and zt take (a term going moves to the head's next term); the
+        # term offered is the head's last, j_last & (zt | ~fzp): a register set from them (so
+        # that taking a result is one LUT from registers)
+        j_last_after = Mux(go, Mux(j_last, J == 1, j == J - 2), j_last)
+        m.d.sync += j_last.eq(j_last_after)
         if float_path:
-            head_end = Signal(init=J == 1)
-            j_last_after = Mux(go, Mux(j_last, J == 1, j == J - 2), j_last)
             zt_after = Mux(go & j_last, ~zt & fzp, zt)
-            m.d.sync += head_end.eq(j_last_after & (zt_after | ~fzp))
+            head_end = Signal(init=J == 1)
+            m.d.sync += [zt.eq(zt_after), head_end.eq(j_last_after & (zt_after | ~fzp))]
         else:
             head_end = j_last
         h_move = ~head_valid | (go & head_end)
@@ -363,11 +365,7 @@ class NBitsCluster(wiring.Component):
         m.d.sync += [term_r.eq(term_in), term_v.eq(go)]
         m.d.comb += go.eq(adm.ok)
         with m.If(go):
-            m.d.sync += [j.eq(Mux(j_last, 0, j + 1)),
-                         j_last.eq(Mux(j_last, J == 1, j == J - 2))]
-            if float_path:
-                with m.If(j_last):
-                    m.d.sync += zt.eq(~zt & fzp)
+            m.d.sync += j.eq(Mux(j_last, 0, j + 1))
         # the term offered next: if none goes now, this one (or, with no head, the next
         # result's first); if this one goes, the head's next term or the next result's first
         # (its row from the hand-off's own counter, not from the MAC array's block RAM FIFO)
