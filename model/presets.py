@@ -11,10 +11,15 @@ docs/matmul_nbits_v2.md.
   lanes' float32 multipliers, 4 in the activation quantiser, 8 holding two MACs each; the
   other 16 MACs are LUT multipliers.
 * ``ecp5-85k`` (LFE5U-85F: 83,640 LUT4, 156 MULT18X18D, 208 DP16KD): 128 MACs per cycle at
-  2..4 bits, eight float lanes, every MAC pair on a multiplier, and the float path
-  (accuracy_level 0..3, g_idx and float zero points in block floating point: four int8
-  digit rows per row of A, so 32 of those MACs per cycle). Four clusters of 32 columns and
-  two lanes each (the 25F's slice), so each places as a compact block.
+  2..4 bits, eight float lanes, and the float path (accuracy_level 0..3, g_idx and float
+  zero points in block floating point: four int8 digit rows per row of A, so 32 of those
+  MACs per cycle). Four clusters of 32 columns and two lanes each (the 25F's slice), each
+  with 12 of its 16 MAC pairs on multipliers: its 24 MULT18X18D fill half a DSP row of the
+  part, where :func:`qaccel.floorplan.engine_floorplan` pins them (``qaccel synth`` does).
+* ``ecp5-85k-float``: the 25F's engine (32 MACs per cycle at 2..4 bits, two float lanes,
+  row tiles of 4) with the float path, every MAC pair on a multiplier (31 MULT18X18D, more
+  than the 25F has): float-path jobs run four int8 digit rows per row of A, so 8 of their
+  MACs per cycle.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ __all__ = ["PRESETS", "TARGET_PRESETS", "preset", "target_preset"]
 #: configuration, ``AccelConfig()``.
 PRESETS: dict[str, AccelConfig] = {
     "ecp5-25k": AccelConfig(),
-    "ecp5-85k": AccelConfig(pe=128, weight_bus_width=1024, dsp_pairs=None, float_path=True,
+    "ecp5-85k": AccelConfig(pe=128, weight_bus_width=1024, dsp_pairs=48, float_path=True,
                             clusters=4),
+    "ecp5-85k-float": AccelConfig(float_path=True, dsp_pairs=None),
 }
 
 

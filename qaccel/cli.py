@@ -22,7 +22,8 @@
     qaccel verilog              the units' Verilog and a JSON description
 
 sim, perf, synth, sweep and verilog take the hardware configuration as --config FILE (an
-AccelConfig JSON file) or --preset NAME (qaccel.model.presets: ecp5-25k, ecp5-85k), not both.
+AccelConfig JSON file) or --preset NAME (qaccel.model.presets: ecp5-25k, ecp5-85k,
+ecp5-85k-float), not both.
 synth and sweep --synth take nextpnr's --router: router1 (default) or router2, which
 converges far sooner on large designs (the ECP5-85F engine).
 """
@@ -393,7 +394,13 @@ def _synth_config(args, target: str):
 
 def _synth(args) -> int:
     from qaccel import hwreport
-    from qaccel.synth import DesignDoesNotFitError, SynthToolError, SynthToolNotFoundError
+    from qaccel.floorplan import engine_floorplan
+    from qaccel.synth import (
+        TARGETS,
+        DesignDoesNotFitError,
+        SynthToolError,
+        SynthToolNotFoundError,
+    )
 
     target = args.target or "ecp5-25k"
     try:
@@ -403,6 +410,11 @@ def _synth(args) -> int:
         if args.unit == "matmul_nbits":
             _check_settings(config, args, "synth")
         engine = "v2 engine, " if args.unit == "matmul_nbits" else ""
+        if args.unit == "matmul_nbits" and config.clusters > 1:
+            pinned = ("their multipliers and block RAMs pinned by qaccel.floorplan"
+                      if engine_floorplan(config.clusters, TARGETS[target].device)
+                      else "no floorplan for this part")
+            what += f"; {config.clusters} clusters, {pinned}"
         print(f"synthesising {args.unit} ({engine}{what}) for {target} with nextpnr's "
               f"{args.router} (a cached result is reused)...", file=sys.stderr, flush=True)
         report = hwreport.hw_report(config, unit=args.unit, target=target, seed=args.seed,

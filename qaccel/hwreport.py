@@ -36,6 +36,7 @@ from amaranth.hdl import Module, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In
 
+from qaccel.floorplan import Region, engine_floorplan
 from qaccel.model.config import NBITS, AccelConfig
 from qaccel.model.perf import elementwise_call, nbits_v2_call
 from qaccel.model.validate import check_int
@@ -45,7 +46,8 @@ __all__ = ["ELEMENTWISE", "MEMORY_GBPS", "MEMORY_NOTE", "REFERENCE_PACKINGS", "T
            "UNITS", "EngineRate", "HwReport", "Packing", "Throughput", "build_nbits_v2",
            "build_unit", "check_layer", "check_positive", "engine_rates", "engine_summary",
            "format_packing", "format_rates", "format_report", "hw_report", "mac_packing",
-           "throughput", "token_setting", "undriven_dsp_inputs", "weight_bus_bits"]
+           "throughput", "token_setting", "undriven_dsp_inputs", "unit_floorplan",
+           "weight_bus_bits"]
 
 #: Units :func:`build_unit` makes.
 UNITS = ("matmul_nbits", "quantize", "dequantize")
@@ -85,6 +87,16 @@ def build_nbits_v2(config: AccelConfig) -> wiring.Component:
     """Return the v2 MatMulNBits engine of ``config`` with ECP5 primitives (for synthesis)."""
     from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2
     return MatMulNBitsV2(config, ecp5=True)
+
+
+def unit_floorplan(unit: str, config: AccelConfig, target: str) -> tuple[Region, ...]:
+    """The floorplan :func:`~qaccel.synth.synthesize` takes for ``unit`` built from
+    ``config`` on ``target``: the v2 engine's clusters pinned
+    (:func:`~qaccel.floorplan.engine_floorplan`) where the part has a site table; else
+    none."""
+    if unit != "matmul_nbits" or target not in TARGETS:
+        return ()
+    return engine_floorplan(config.clusters, TARGETS[target].device)
 
 
 def weight_bus_bits(config: AccelConfig) -> int:
@@ -358,7 +370,8 @@ def hw_report(config: AccelConfig, *, unit: str = "matmul_nbits", target: str = 
     b, bs = token_setting(config)
     settings = {"layer": layer, "memory_gbps": memory_gbps}
     engine_rates(config, **settings, bits=bits, block_sizes=block_sizes)
-    result = synthesize(build_nbits_v2(config), **tools)
+    result = synthesize(build_nbits_v2(config), **tools,
+                        floorplan=unit_floorplan(unit, config, target))
     rows = engine_rates(config, result.fmax_mhz, **settings, bits=bits,
                         block_sizes=block_sizes)
     (token,) = engine_rates(config, result.fmax_mhz, **settings, bits=[b], block_sizes=[bs])

@@ -70,6 +70,7 @@ from qaccel.hwreport import (
     engine_rates,
     throughput,
     undriven_dsp_inputs,
+    unit_floorplan,
     weight_bus_bits,
 )
 from qaccel.model import perf
@@ -190,7 +191,8 @@ def _run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
     if task["synth"] and any(row["status"] == "ok" for row in rows):
         try:
             r = synthesize(build_unit(unit, config), target=task["target"], name=unit,
-                           seed=task["seed"], freq_mhz=task["freq_mhz"], router=task["router"])
+                           seed=task["seed"], freq_mhz=task["freq_mhz"], router=task["router"],
+                           floorplan=unit_floorplan(unit, config, task["target"]))
         except Exception as e:          # recorded in the rows; the sweep goes on
             for row in rows:
                 fail(row, e)

@@ -40,6 +40,7 @@ from typing import Any
 
 from amaranth.lib import wiring
 
+from qaccel.floorplan import SITE_TABLES, Region, pin
 from qaccel.model.validate import check_int
 from qaccel.rtl.pipeline import KEEP_ATTR
 from qaccel.rtl.timing_wrapper import TimingWrapper
@@ -357,6 +358,14 @@ def _nextpnr_args(t: Target, name: str, freq_mhz: float, seed: int) -> list[str]
             f"{freq_mhz:g}", "--seed", str(seed), "--timing-allow-fail"]
 
 
+def _pin(netlist: Path, name: str, floorplan: tuple[Region, ...], device: str) -> None:
+    """Pin the hard blocks of the Yosys JSON ``netlist``'s top module ``name`` to the sites
+    of ``floorplan`` (:func:`qaccel.floorplan.pin`), rewriting the file."""
+    design = json.loads(netlist.read_text())
+    pin(design["modules"][name]["cells"], floorplan, device)
+    netlist.write_text(json.dumps(design))
+
+
 def _count_cells(netlist: Path, name: str) -> dict[str, int]:
     modules = json.loads(netlist.read_text())["modules"]
     counts: dict[str, int] = {}
@@ -443,6 +452,7 @@ def synthesize(
     seed: int = 1,
     freq_mhz: float | None = None,
     router: str = "router1",
+    floorplan: tuple[Region, ...] = (),
 ) -> SynthResult:
     """Synthesise, place and route ``component`` for ``target``; return its figures.
 
@@ -464,6 +474,10 @@ def synthesize(
     router : :class:`str`
         nextpnr's router: ``"router1"`` (its default) or ``"router2"``, which converges far
         sooner on large, congested designs (an LFE5U-85F engine of 128 MACs).
+    floorplan : :class:`tuple` of :class:`~qaccel.floorplan.Region`
+        Regions whose multipliers and block RAMs are pinned to sites before placement
+        (:func:`qaccel.floorplan.pin`; :func:`~qaccel.floorplan.engine_floorplan` for the
+        clustered MatMulNBits engine). Only ECP5 parts with a site table take one.
 
     Raises
     ------
@@ -509,9 +523,18 @@ def synthesize(
     nextpnr_args = _nextpnr_args(t, name, freq_mhz, seed)
     if router != "router1":                       # router1's builds keep their cache keys
         nextpnr_args += ["--router", router]
+    floorplan = tuple(floorplan)
+    if floorplan and (t.family != "ecp5" or t.device not in SITE_TABLES):
+        raise ValueError(f"floorplan needs an ECP5 part with a site table "
+                         f"({', '.join(SITE_TABLES)}), not target {target!r}")
+    if not all(isinstance(r, Region) for r in floorplan):
+        raise TypeError(f"floorplan must be a tuple of Region, not {floorplan!r}")
     tools = {p: _tool_version(p) for p in (t.yosys_package, t.nextpnr_package)}
-    key = digest({"verilog": logic, "target": dataclasses.asdict(t), "yosys": script,
-                  "nextpnr": nextpnr_args, "tools": tools, "flow": FLOW_VERSION})
+    stamp_of = {"verilog": logic, "target": dataclasses.asdict(t), "yosys": script,
+                "nextpnr": nextpnr_args, "tools": tools, "flow": FLOW_VERSION}
+    if floorplan:                               # (designs without one keep their cache keys)
+        stamp_of["floorplan"] = [dataclasses.asdict(r) for r in floorplan]
+    key = digest(stamp_of)
     build_dir = build_root() / "synth" / f"{name}-{t.name}-{key[:12]}"
     stamp = build_dir / _RESULT
 
@@ -533,6 +556,8 @@ def synthesize(
                           log=build_dir / "yosys.log")
         cells = {c: n for c, n in _count_cells(build_dir / f"{name}.json", name).items()
                  if c != "$scopeinfo"}          # hierarchy notes, not hardware
+        if floorplan:
+            _pin(build_dir / f"{name}.json", name, floorplan, t.device)
         try:
             nextpnr_time = _run(t.nextpnr_package, nextpnr_args, cwd=build_dir,
                                 log=build_dir / "nextpnr.log")

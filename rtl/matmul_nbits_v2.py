@@ -396,7 +396,9 @@ class MatMulNBitsV2(wiring.Component):
             take = src.valid & src.ready
             rooms = []
             for e, cl in enumerate(clusters):
-                q = fifo.SyncFIFOBuffered(width=width, depth=_SPLIT_FIFO)
+                # (unbuffered: its read is a LUT RAM's, so the cluster's ready moves only
+                # the read pointer, not a register as wide as the beat)
+                q = fifo.SyncFIFO(width=width, depth=_SPLIT_FIFO)
                 m.submodules[f"{port}_fifo{e}"] = q
                 dst = getattr(cl, port)
                 part = beat[e * width:(e + 1) * width]

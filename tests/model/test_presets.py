@@ -39,9 +39,10 @@ def test_ecp5_25k_is_the_default_config():
     assert preset("ecp5-25k") == AccelConfig() and preset("ecp5-25k").dsp_pairs == 12
     c = preset("ecp5-85k")
     assert (c.pe, c.simd, c.m_tile, c.weight_bus_width, c.dsp_pairs, c.float_path,
-            c.clusters) == (128, 1, 4, 1024, None, True, 4)
+            c.clusters) == (128, 1, 4, 1024, 48, True, 4)
 
 
 def test_unknown_preset():
-    with pytest.raises(ValueError, match="preset must be one of ecp5-25k, ecp5-85k, not 'x'"):
+    with pytest.raises(ValueError, match="preset must be one of ecp5-25k, ecp5-85k, "
+                                         "ecp5-85k-float, not 'x'"):
         preset("x")

@@ -87,7 +87,7 @@ def test_every_point_lies_under_its_roofline(rows):
 
 
 def test_area_figure_draws_the_synthesised_rows(tmp_path, monkeypatch):
-    def fake(component, *, target, name, seed, freq_mhz, router):
+    def fake(component, *, target, name, seed, freq_mhz, router, floorplan=()):
         size = component.config.pe * component.config.simd
         return SynthResult(name=name, target=target, part="p", lut=5000 * size, ff=100,
                            dsp=10 + size, bram=2, fmax_mhz=60.0 - size, freq_mhz=100.0,

