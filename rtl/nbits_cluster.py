@@ -13,7 +13,7 @@ from qaccel.rtl.fp32_narrow import LATENCY as _OUT_ROUND_LATENCY
 from qaccel.rtl.fp32_narrow import Fp32Narrow
 from qaccel.rtl.lane_admission import LaneAdmission
 from qaccel.rtl.packed_mac_array import PackedMacArray
-from qaccel.rtl.pipeline import delay, local_copy
+from qaccel.rtl.pipeline import KEEP_ATTR, delay, local_copy
 from qaccel.rtl.scale_lane import ScaleLane
 
 __all__ = ["COUNT_WIDTH", "OUT_FORMATS", "NBitsCluster", "lane_column", "stream_members",
@@ -398,13 +398,19 @@ class NBitsCluster(wiring.Component):
         replay_layout = data.StructLayout({"scale": unsigned(32), "zp": unsigned(8),
                                            "bias": unsigned(32)})
         for f, lane in enumerate(self._lanes):
+            # the term counter again beside this lane's multiplexers (kept apart from j and
+            # the other lanes' copies): j selects from every column's block sums, so one
+            # register would drive some 400 LUT inputs across the whole cluster
+            j_f = Signal.like(j, name=f"j_lane{f}", attrs={KEEP_ATTR: 1})
+            with m.If(go):
+                m.d.sync += j_f.eq(Mux(j_last, 0, j_f + 1))
             # (a term's s beat kept for the tile's other rows; 2 J entries with fzp)
             rep = memory.Memory(shape=replay_layout, depth=2 * J if float_path else J,
                                 init=[])
             m.submodules[f"replay{f}"] = rep
             rw, rr = rep.write_port(), rep.read_port(domain="comb")
             cur = Signal(replay_layout, name=f"params{f}")
-            slot = Mux(zt, j + J, j) if float_path else j
+            slot = Mux(zt, j_f + J, j_f) if float_path else j_f
             m.d.comb += [rr.addr.eq(slot), rw.addr.eq(slot), rw.en.eq(go & need_s),
                          cur.eq(rr.data)]
             with m.If(need_s):
@@ -418,7 +424,7 @@ class NBitsCluster(wiring.Component):
             # MAC columns of its output column (wide_columns)
             isum = Signal.like(head_isum[0], name=f"isum{f}")
             isum_hi = Signal.like(head_isum[0], name=f"isum_hi{f}")
-            with m.Switch(j):
+            with m.Switch(j_f):
                 for jj in range(J):
                     c = lane_column(pe, F, f, jj, False)
                     cw = lane_column(pe, F, f, jj, True)
