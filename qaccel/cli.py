@@ -394,13 +394,7 @@ def _synth_config(args, target: str):
 
 def _synth(args) -> int:
     from qaccel import hwreport
-    from qaccel.floorplan import engine_floorplan
-    from qaccel.synth import (
-        TARGETS,
-        DesignDoesNotFitError,
-        SynthToolError,
-        SynthToolNotFoundError,
-    )
+    from qaccel.synth import DesignDoesNotFitError, SynthToolError, SynthToolNotFoundError
 
     target = args.target or "ecp5-25k"
     try:
@@ -412,7 +406,7 @@ def _synth(args) -> int:
         engine = "v2 engine, " if args.unit == "matmul_nbits" else ""
         if args.unit == "matmul_nbits" and config.clusters > 1:
             pinned = ("their multipliers and block RAMs pinned by qaccel.floorplan"
-                      if engine_floorplan(config.clusters, TARGETS[target].device)
+                      if hwreport.unit_floorplan(args.unit, config, target)
                       else "no floorplan for this part")
             what += f"; {config.clusters} clusters, {pinned}"
         print(f"synthesising {args.unit} ({engine}{what}) for {target} with nextpnr's "

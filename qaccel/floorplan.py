@@ -103,14 +103,16 @@ def pin(cells: dict[str, dict[str, Any]], regions: tuple[Region, ...] | list[Reg
     than it has cells (regions may overlap; earlier ones take their sites first)."""
     table = sites(device)
     taken: set[str] = set()
+    claimed: dict[tuple[str, str], list[str]] = {}    # (prefix, kind): its cells
+    for n, c in cells.items():
+        r = next((q for q in regions if n.startswith(q.prefix)), None)
+        if r is not None and c.get("type") in table:
+            claimed.setdefault((r.prefix, c["type"]), []).append(n)
     counts: dict[str, int] = {}
     for r in regions:
         counts[r.prefix] = 0
         for kind, all_sites in table.items():
-            names = sorted((n for n, c in cells.items() if c.get("type") == kind
-                            and n.startswith(r.prefix)
-                            and next(q for q in regions if n.startswith(q.prefix)) is r),
-                           key=_natural)
+            names = sorted(claimed.get((r.prefix, kind), []), key=_natural)
             free = sorted((s for s in all_sites if r.x0 <= s.x <= r.x1 and r.y0 <= s.y <= r.y1
                            and s.bel not in taken), key=lambda s: (s.x, s.y))
             if len(free) < len(names):
@@ -121,7 +123,7 @@ def pin(cells: dict[str, dict[str, Any]], regions: tuple[Region, ...] | list[Reg
             start = (len(free) - len(names)) // 2
             free = free[start:start + len(names)]
             mid = [n for n in names if r.centre and n[len(r.prefix):].startswith(r.centre)]
-            rest = [n for n in names if n not in set(mid)]
+            rest = [n for n in names if n not in mid]
             names = rest[:len(rest) // 2] + mid + rest[len(rest) // 2:]
             for n, s in zip(names, free, strict=True):
                 cells[n].setdefault("attributes", {})["BEL"] = s.bel
