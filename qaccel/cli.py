@@ -414,7 +414,8 @@ def _synth(args) -> int:
         report = hwreport.hw_report(config, unit=args.unit, target=target, seed=args.seed,
                                     freq_mhz=args.freq, layer=args.layer, bits=args.bits,
                                     block_sizes=args.block_size,
-                                    memory_gbps=args.memory_gbps, router=args.router)
+                                    memory_gbps=args.memory_gbps, router=args.router,
+                                    slow_nets=args.slow_nets)
     except (OSError, TypeError, ValueError) as e:
         raise SystemExit(f"qaccel synth: {e}") from None
     except (SynthToolError, SynthToolNotFoundError) as e:
@@ -577,6 +578,10 @@ def main(argv=None) -> int:
     p.add_argument("--freq", type=float, help="clock constraint in MHz (default: the "
                                               "target's, 100 ECP5 / 30 UP5K)")
     _add_router_option(p)
+    p.add_argument("--slow-nets", action="store_true",
+                   help="also list the nets into the latest-arriving register, RAM and DSP "
+                        "inputs: the slowest paths' ends (nextpnr's detailed timing report; "
+                        "a separate cached build)")
     p.add_argument("--layer", type=_layer, default=(4096, 4096),
                    help="K x N of the layer of tokens/s, the tensor of elements/s (default "
                         "4096x4096)")

@@ -341,14 +341,16 @@ def hw_report(config: AccelConfig, *, unit: str = "matmul_nbits", target: str = 
               seed: int = 1, freq_mhz: float | None = None,
               layer: tuple[int, int] = (4096, 4096), bits: Iterable[int] | None = None,
               block_sizes: Iterable[int] | None = None,
-              memory_gbps: float = MEMORY_GBPS, router: str = "router1") -> HwReport:
+              memory_gbps: float = MEMORY_GBPS, router: str = "router1",
+              slow_nets: bool = False) -> HwReport:
     """Synthesise ``unit`` built from ``config`` for ``target`` and return its figures at
     the achieved Fmax: ``matmul_nbits`` the v2 engine (:func:`build_nbits_v2`) with
     :func:`engine_rates` for one token (``M = 1``) through ``layer`` per ``bits`` x
     ``block_sizes`` and the headline :func:`token_setting`, ``memory_gbps`` GB/s of external
     memory; elementwise units :func:`throughput`. ``seed``, ``freq_mhz`` and ``router``
-    (nextpnr's ``router1``, or ``router2`` for large designs such as the ECP5-85F engine) go
-    to :func:`~qaccel.synth.synthesize`.
+    (nextpnr's ``router1``, or ``router2`` for large designs such as the ECP5-85F engine) and
+    ``slow_nets`` (list the nets into the latest-arriving endpoints) go to
+    :func:`~qaccel.synth.synthesize`.
 
     Raises ValueError/TypeError naming a bad parameter (the rate settings are checked before
     synthesis), and :func:`~qaccel.synth.synthesize`'s errors
@@ -359,7 +361,7 @@ def hw_report(config: AccelConfig, *, unit: str = "matmul_nbits", target: str = 
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {', '.join(UNITS)}, not {unit!r}")
     tools = {"target": target, "name": unit, "seed": seed, "freq_mhz": freq_mhz,
-             "router": check_router(router)}
+             "router": check_router(router), "slow_nets": slow_nets}
     bits = None if bits is None else list(bits)
     block_sizes = None if block_sizes is None else list(block_sizes)
     if unit != "matmul_nbits":
@@ -399,6 +401,9 @@ def format_report(report: HwReport) -> str:
                      "Yosys mis-mapped them, the DSP count and Fmax are not trustworthy")
     lines += [f"  critical path: {line.strip()}" if k == 0 else f"  {line}"
               for k, line in enumerate(r.critical_path.splitlines())]
+    if r.slow_nets:
+        lines.append("  latest arrivals (ns after the clock edge, endpoints, the net into them):")
+        lines += [f"    {delay:5.2f} ns  {fanout:5d}  {net}" for net, fanout, delay in r.slow_nets]
     if report.unit != "matmul_nbits":
         row = report.rows[0]
         K, N = report.layer

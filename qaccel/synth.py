@@ -41,7 +41,7 @@ from typing import Any
 from amaranth.lib import wiring
 
 from qaccel.floorplan import SITE_TABLES, Region, pin
-from qaccel.model.validate import check_int
+from qaccel.model.validate import check_bool, check_int
 from qaccel.rtl.pipeline import KEEP_ATTR
 from qaccel.rtl.timing_wrapper import TimingWrapper
 from qaccel.rtl.verilog import emit_verilog
@@ -162,9 +162,12 @@ class SynthResult:
     available)}`` after placement. ``fmax_mhz`` is nextpnr's achieved Fmax (the worst
     clock), ``freq_mhz`` the constraint it was placed for; ``critical_path`` a compact text
     of nextpnr's worst register-to-register path, with the Python lines it runs through
-    (the full report is in ``build_dir / "nextpnr.log"``). ``wall_time`` is the seconds
-    Yosys + nextpnr took in the run that produced the result (``cached`` says whether this
-    call reused it).
+    (the full report is in ``build_dir / "nextpnr.log"``); ``slow_nets`` (with
+    ``synthesize(..., slow_nets=True)``) the :data:`SLOW_NETS` nets whose endpoints (the
+    register, RAM and DSP inputs they drive) have the latest arrival after the clock edge,
+    worst first, as ``(net, endpoints, arrival in ns)``: the nets of the slowest paths.
+    ``wall_time`` is the seconds Yosys + nextpnr took in the run that produced the result
+    (``cached`` says whether this call reused it).
     """
 
     name: str
@@ -185,6 +188,7 @@ class SynthResult:
     cells: dict[str, int] = field(default_factory=dict)
     utilization: dict[str, tuple[int, int]] = field(default_factory=dict)
     critical_path: str = ""
+    slow_nets: tuple[tuple[str, int, float], ...] = ()
     cached: bool = False
     build_dir: Path | None = None
 
@@ -208,6 +212,7 @@ class SynthResult:
         d = dict(d)
         d["build_dir"] = Path(d["build_dir"]) if d.get("build_dir") else None
         d["utilization"] = {k: tuple(v) for k, v in d.get("utilization", {}).items()}
+        d["slow_nets"] = tuple(tuple(n) for n in d.get("slow_nets", ()))
         return cls(**d)
 
 
@@ -358,6 +363,26 @@ def _nextpnr_args(t: Target, name: str, freq_mhz: float, seed: int) -> list[str]
             f"{freq_mhz:g}", "--seed", str(seed), "--timing-allow-fail"]
 
 
+#: Nets :attr:`SynthResult.slow_nets` lists.
+SLOW_NETS = 40
+
+
+def _slow_nets(report: dict[str, Any]) -> tuple[tuple[str, int, float], ...]:
+    """The :data:`SLOW_NETS` nets of nextpnr's ``--detailed-timing-report`` data (each net
+    into timing endpoints, with each endpoint's arrival time after the clock edge: the
+    routed path up to it) of the latest arrival: ``(net, endpoints, arrival in ns)``,
+    worst first; register to register only (not from or to an asynchronous port)."""
+    nets = []
+    for net in report.get("detailed_net_timings", []):
+        ends = [e for e in net.get("endpoints", []) if "edge" in e.get("event", "edge")]
+        if ends and "edge" in net.get("event", "edge"):     # (clocked launch and capture)
+            worst = max(max(e["delay"]) if isinstance(e["delay"], list) else e["delay"]
+                        for e in ends)
+            nets.append((net["net"], len(ends), round(worst, 2)))
+    nets.sort(key=lambda n: -n[2])
+    return tuple(nets[:SLOW_NETS])
+
+
 def _pin(netlist: Path, name: str, floorplan: tuple[Region, ...], device: str) -> None:
     """Pin the hard blocks of the Yosys JSON ``netlist``'s top module ``name`` to the sites
     of ``floorplan`` (:func:`qaccel.floorplan.pin`), rewriting the file."""
@@ -453,6 +478,7 @@ def synthesize(
     freq_mhz: float | None = None,
     router: str = "router1",
     floorplan: tuple[Region, ...] = (),
+    slow_nets: bool = False,
 ) -> SynthResult:
     """Synthesise, place and route ``component`` for ``target``; return its figures.
 
@@ -478,6 +504,10 @@ def synthesize(
         Regions whose multipliers and block RAMs are pinned to sites before placement
         (:func:`qaccel.floorplan.pin`; :func:`~qaccel.floorplan.engine_floorplan` for the
         clustered MatMulNBits engine). Only ECP5 parts with a site table take one.
+    slow_nets : :class:`bool`
+        Also list the nets into the latest-arriving endpoints (:attr:`SynthResult.slow_nets`;
+        nextpnr's ``--detailed-timing-report``, whose data stays in ``report.json``). A
+        separate cache entry from the run without.
 
     Raises
     ------
@@ -523,6 +553,9 @@ def synthesize(
     nextpnr_args = _nextpnr_args(t, name, freq_mhz, seed)
     if router != "router1":                       # router1's builds keep their cache keys
         nextpnr_args += ["--router", router]
+    check_bool("slow_nets", slow_nets)
+    if slow_nets:
+        nextpnr_args += ["--detailed-timing-report"]
     floorplan = tuple(floorplan)
     if floorplan and (t.family != "ecp5" or t.device not in SITE_TABLES):
         raise ValueError(f"floorplan needs an ECP5 part with a site table "
@@ -565,6 +598,7 @@ def synthesize(
             stamp.write_text(json.dumps({"key": key, "does_not_fit": str(e)}, indent=1))
             raise
         report = json.loads((build_dir / "report.json").read_text())
+        nets = _slow_nets(report)
         fmax = report.get("fmax", {})
         if not fmax:
             raise SynthToolError(f"{t.nextpnr_package} reported no clock in {build_dir}"
@@ -584,6 +618,7 @@ def synthesize(
             utilization={k: (v["used"], v["available"])
                          for k, v in report.get("utilization", {}).items() if v["used"]},
             critical_path=_critical_path(report, min(fmax, key=lambda c: fmax[c]["achieved"])),
+            slow_nets=nets,
             build_dir=build_dir,
         )
         stamp.write_text(json.dumps({"key": key, "result": result.to_dict()}, indent=1))

@@ -32,10 +32,11 @@ class LaneAdmission(wiring.Component):
     if no beat is admitted in this cycle and ``advance`` if one is (``valid`` low: none), and
     ``take`` with ``beat``: the beat admitted in this cycle. ``ok`` is a register: high when
     the beat offered in this cycle may be admitted, so the source admits it as ``take =
-    offered & ok``. Both versions are checked in parallel and ``take`` only selects the
-    result, so the loop from ``ok`` through ``take`` back to ``ok`` is two LUTs deep. A
-    synchronous reset forgets every beat in flight and every credit (reset the lanes with
-    it).
+    offered & ok``; ``ok_next`` is the value ``ok`` takes in the next cycle (for copies of
+    ``ok`` registered beside its loads). Both versions are checked in parallel and ``take``
+    only selects the result, so the loop from ``ok`` through ``take`` back to ``ok`` is two
+    LUTs deep. A synchronous reset forgets every beat in flight and every credit (reset the
+    lanes with it).
 
     Parameters
     ----------
@@ -53,7 +54,7 @@ class LaneAdmission(wiring.Component):
     take : :py:`In(1)`
     beat : :py:`In(StructLayout({"addr": unsigned(addr_width), "last": 1}))`
     release : :py:`In(1)`
-    ok : :py:`Out(1)`
+    ok, ok_next : :py:`Out(1)`
     """
 
     def __init__(self, *, addr_width: int, window: int, credits: int):
@@ -67,7 +68,7 @@ class LaneAdmission(wiring.Component):
             "take": In(1),
             "beat": In(data.StructLayout({"addr": unsigned(addr_width), "last": 1})),
             "release": In(1),
-            "ok": Out(1),
+            "ok": Out(1), "ok_next": Out(1),
         })
 
     @classmethod
@@ -115,8 +116,9 @@ class LaneAdmission(wiring.Component):
             return (cand.valid & ~(~cand.first & busy)
                     & (~cand.last | (room_after if taken else room)))
 
-        m.d.sync += self.ok.eq(Mux(self.take, allowed(self.advance, True),
-                                   allowed(self.stay, False)))
+        m.d.comb += self.ok_next.eq(Mux(self.take, allowed(self.advance, True),
+                                        allowed(self.stay, False)))
+        m.d.sync += self.ok.eq(self.ok_next)
         with m.If(last_d & ~self.release):
             m.d.sync += reserved.eq(reserved + 1)
         with m.Elif(self.release & ~last_d):

@@ -12,6 +12,7 @@ from qaccel.model.config import AccelConfig
 from qaccel.model.validate import check_bool
 from qaccel.rtl.nbits_cluster import (
     COUNT_WIDTH,
+    INPUT_STAGES,
     OUT_FORMATS,
     NBitsCluster,
     lane_column,
@@ -29,6 +30,7 @@ REGISTERS = ("k", "block_size", "bits", "m", "groups", "bias", "out_fmt", "fmode
 # (with several clusters; 16 deep: one LUT RAM's depth)
 _SPLIT_FIFO = 16        # w, s and b beats buffered per cluster
 _SPLIT_MARGIN = 5       # beats a split FIFO keeps free: 4 in flight past its room, and 1
+_SPLIT_CHUNK = 32       # bits of a split FIFO under one read pointer (a beat's part is cut)
 _MERGE_FIFO = 16        # y words buffered from each cluster
 _MERGE_MARGIN = 6       # words a merge FIFO keeps free: 5 in flight past its room, and 1
 _OUT_FIFO = 8           # y words buffered after the merge
@@ -190,7 +192,7 @@ class MatMulNBitsV2(wiring.Component):
         ``recurrence`` and the row quantiser's ``quantizer`` latency."""
         cl = self._clusters[0]
         several = len(self._clusters) > 1
-        stage = int(several)                # the clusters' input copies (NBitsCluster)
+        stage = INPUT_STAGES if several else 0      # the clusters' input copies
         # the y merge: a cluster's word to its FIFO there (two registers, the FIFO), then
         # the output FIFO
         merge_in, merge_out = (4, 2) if several else (0, 0)
@@ -397,19 +399,26 @@ class MatMulNBitsV2(wiring.Component):
             rooms = []
             for e, cl in enumerate(clusters):
                 # (unbuffered: its read is a LUT RAM's, so the cluster's ready moves only
-                # the read pointer, not a register as wide as the beat)
-                q = fifo.SyncFIFO(width=width, depth=_SPLIT_FIFO)
-                m.submodules[f"{port}_fifo{e}"] = q
+                # read pointers, not a register as wide as the beat; one FIFO per
+                # _SPLIT_CHUNK bits, in lock step, so each read pointer drives the address
+                # of a few LUT RAMs, beside the bits' loads, not of some 32 over the cluster)
                 dst = getattr(cl, port)
+                dst_bits = Value.cast(dst.payload)
                 part = beat[e * width:(e + 1) * width]
                 put = local_copy(m, take, f"{port}_put{e}")
                 part_r = delay(m, part, 1, f"{port}_part{e}")
+                chunks = []
+                for lo in range(0, width, _SPLIT_CHUNK):
+                    hi = min(width, lo + _SPLIT_CHUNK)
+                    q = fifo.SyncFIFO(width=hi - lo, depth=_SPLIT_FIFO)
+                    m.submodules[f"{port}_fifo{e}_{lo // _SPLIT_CHUNK}"] = q
+                    m.d.comb += [q.w_data.eq(part_r[lo:hi]), q.w_en.eq(put),
+                                 dst_bits[lo:hi].eq(q.r_data), q.r_en.eq(dst.ready)]
+                    chunks.append(q)
                 room = Signal(name=f"{port}_room{e}")
-                m.d.sync += room.eq(q.level <= _SPLIT_FIFO - _SPLIT_MARGIN)
+                m.d.sync += room.eq(chunks[0].level <= _SPLIT_FIFO - _SPLIT_MARGIN)
                 rooms.append(room)
-                m.d.comb += [q.w_data.eq(part_r), q.w_en.eq(put),
-                             dst.payload.eq(q.r_data), dst.valid.eq(q.r_rdy),
-                             q.r_en.eq(dst.ready)]
+                m.d.comb += dst.valid.eq(chunks[0].r_rdy)
             room = Signal(name=f"{port}_room")
             m.d.sync += room.eq(Cat(rooms).all())
             m.d.comb += src.ready.eq(room)

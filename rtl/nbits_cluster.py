@@ -4,6 +4,8 @@ sums to the float lanes, the lanes' output banks and the read-out to ``y``."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -16,8 +18,8 @@ from qaccel.rtl.packed_mac_array import PackedMacArray
 from qaccel.rtl.pipeline import KEEP_ATTR, delay, local_copy
 from qaccel.rtl.scale_lane import ScaleLane
 
-__all__ = ["COUNT_WIDTH", "OUT_FORMATS", "NBitsCluster", "lane_column", "stream_members",
-           "wide_columns"]
+__all__ = ["COUNT_WIDTH", "INPUT_STAGES", "OUT_FORMATS", "NBitsCluster", "lane_column",
+           "stream_members", "wide_columns"]
 
 #: ``out_fmt`` values: the type ``y`` is rounded to (A's type), by index.
 OUT_FORMATS = ("float32", "float16", "bfloat16")
@@ -25,7 +27,10 @@ OUT_FORMATS = ("float32", "float16", "bfloat16")
 COUNT_WIDTH = 22
 _Y_FIFO = 16           # y beats reserved past the rounding (more than its latency)
 _TERM_REG = 1           # the terms' register between the hand-off and the lanes
+_CHAIN_GROUP = 4        # column pairs of a lane's block-sum chains under one sequencer replica
 _BANK_READ_LATENCY = 3  # the banks' registered read, its word registered, the lane's chosen
+#: Registers an input takes to a cluster with ``input_stage`` (one of several on a large part).
+INPUT_STAGES = 2
 
 
 def _log2(n: int) -> int:
@@ -59,6 +64,16 @@ def lane_column(pe: int, lanes: int, f: int, j: int, wide: bool) -> int | None:
     return f * (J // 2) + j if j < J // 2 else None
 
 
+def _pick_isum(pe: int, lanes: int, f: int, isum, wide):
+    """Lane ``f``'s block sums ``(isum, isum_hi)`` of a result's ``isum`` with one term per
+    lane (``J = 1``): :func:`lane_column`, or at 5..8 bits (``wide``) :func:`wide_columns`."""
+    c, cw = lane_column(pe, lanes, f, 0, False), lane_column(pe, lanes, f, 0, True)
+    if cw is None:
+        return isum[c], Const(0)
+    lo, hi = wide_columns(pe, lanes)[cw]
+    return Mux(wide, isum[lo], isum[c]), Mux(wide, isum[hi], 0)
+
+
 def stream_members(pe: int, simd: int, lanes: int) -> dict:
     """The ``w``, ``b``, ``s`` and ``y`` members of an engine (or a cluster) of ``pe``
     columns, ``simd`` K elements per step and ``lanes`` float lanes."""
@@ -87,9 +102,10 @@ class NBitsCluster(wiring.Component):
     ``last_tile``) hold still while it works. The streams ``w``, ``s``, ``b`` and ``y`` are
     the engine's, cut to the cluster's columns and lanes (``y``: its ``cols`` words of each
     row, ``last`` on its last of the job). ``input_stage``: every input but the streams is
-    registered in a copy of its own beside the cluster (a cycle later; the engine's cycles
-    follow), and the MAC array's result FIFO is LUT RAM (one of several clusters: block RAM
-    sites are spread over the part, a cluster's FIFO would be too). ``idle`` (a register,
+    registered twice in copies of its own, on the way and beside the cluster (two cycles
+    later, :data:`INPUT_STAGES`; the engine's cycles follow), and the MAC array's result
+    FIFO is LUT RAM (one of several clusters: block RAM sites are spread over the part, a
+    cluster's FIFO would be too). ``idle`` (a register,
     one cycle behind) is high once the tile's groups are all fed, computed and their ``y``
     words sent, so the engine starts the next tile (or ends the job) only when nothing of
     this one is left inside.
@@ -155,6 +171,67 @@ class NBitsCluster(wiring.Component):
         lane)."""
         return _TERM_REG + self._lanes[0].latency
 
+    def _sequencer(self, m: Module, name: str, ok_next, o_valid, fzp) -> SimpleNamespace:
+        """The hand-off's term sequencer, as registers named after ``name``: ``go`` (a term
+        goes: the admission's verdict ``ok_next`` registered), the head's term counter ``j``
+        and ``j_last``, the zero-point phase ``zt`` (float path: a result's J weight terms,
+        then with float zero points ``fzp`` its J zero-point terms), ``end`` (the term
+        offered is the head's last), the head's ``valid`` and ``move`` (the head result
+        leaves, the MAC array's next, valid with ``o_valid``, taken in its place). The
+        hand-off runs one, and each lane and each run of block-sum chains a replica (kept
+        registers, the same values) beside it: only ``ok_next`` and ``o_valid`` come from
+        afar, so no control net spans the cluster's columns."""
+        J, keep = self._J, {KEEP_ATTR: 1}
+        go = Signal(name=f"go_{name}", attrs=keep)
+        j = Signal(range(J), name=f"j_{name}", attrs=keep)
+        j_last = Signal(init=J == 1, name=f"j_last_{name}", attrs=keep)    # j == J - 1
+        valid = Signal(name=f"valid_{name}", attrs=keep)
+        m.d.sync += go.eq(ok_next)
+        with m.If(go):
+            m.d.sync += j.eq(Mux(j_last, 0, j + 1))
+        # the values j_last and zt take (a term going moves to the head's next term); `end`
+        # is a register set from them (so that taking a result is one LUT from registers)
+        j_last_after = Mux(go, Mux(j_last, J == 1, j == J - 2), j_last)
+        m.d.sync += j_last.eq(j_last_after)
+        if self._float_path:
+            zt = Signal(name=f"zt_{name}", attrs=keep)
+            end = Signal(init=J == 1, name=f"end_{name}", attrs=keep)
+            zt_after = Mux(go & j_last, ~zt & fzp, zt)
+            m.d.sync += [zt.eq(zt_after), end.eq(j_last_after & (zt_after | ~fzp))]
+        else:
+            zt, end = Const(0, 1), j_last
+        move = ~valid | (go & end)
+        with m.If(move):
+            m.d.sync += valid.eq(o_valid)
+        return SimpleNamespace(go=go, j=j, j_last=j_last, zt=zt, end=end, valid=valid,
+                               move=move)
+
+    def _chains(self, m: Module, f: int, wide, lane_seq: SimpleNamespace, ok_next, fzp):
+        """Lane ``f``'s block sums of the hand-off's head result (``J > 1``): two shift
+        chains of ``J / 2`` registers, its even and its odd MAC columns (lane ``f`` serves
+        columns ``f * J ..``, :func:`lane_column`). They load the result as the hand-off
+        takes it and move one place per term at 5..8 bits (a term takes a column pair) or
+        per two terms at 2..4 bits, so a term's block sums are the chains' heads: the
+        returned ``(even, odd)``. (A J-way multiplexer would put one counter on some 400
+        LUT inputs across the cluster's columns.) Each run of :data:`_CHAIN_GROUP` column
+        pairs has its own replica of the hand-off's sequencer (:meth:`_sequencer`), the
+        first (the chains' heads, beside the lane) the lane's ``lane_seq``."""
+        J, mac = self._J, self._mac
+        pairs = J // 2
+        shape = mac.o.payload.isum[0].shape()
+        chains = [[Signal(shape, name=f"chain{f}_{kind}{p}", reset_less=True)
+                   for p in range(pairs)] for kind in ("even", "odd")]
+        for g0 in range(0, pairs, _CHAIN_GROUP):
+            seq = (lane_seq if g0 == 0 else
+                   self._sequencer(m, f"l{f}g{g0 // _CHAIN_GROUP}", ok_next, mac.o.valid, fzp))
+            with m.If(seq.move | (seq.go & (wide | seq.j[0]))):
+                for p in range(g0, min(pairs, g0 + _CHAIN_GROUP)):
+                    for parity, chain in enumerate(chains):
+                        after = chain[p + 1] if p + 1 < pairs else 0
+                        column = mac.o.payload.isum[f * J + 2 * p + parity]
+                        m.d.sync += chain[p].eq(Mux(seq.move, column, after))
+        return chains[0][0], chains[1][0]
+
     def elaborate(self, platform):
         m = Module()
         pe, simd, T, mb = self._pe, self._simd, self._T, self._mb
@@ -170,9 +247,10 @@ class NBitsCluster(wiring.Component):
         inputs = {name: getattr(self, name) for name in (
             "kb", "steps", "bpb", "rows", "out_rows", "groups", "wide", "two", "bias",
             "out_fmt", "fmode", "fzp", "last_tile", "load_go", "feed_go", "act_w", "blk_w")}
-        if self._input_stage:               # a copy of each beside this cluster, a cycle later
-            inputs = {name: local_copy(m, value, f"{name}_in")
-                      for name, value in inputs.items()}
+        if self._input_stage:   # copies on the way and beside this cluster (INPUT_STAGES)
+            for k in range(INPUT_STAGES):
+                inputs = {name: local_copy(m, value, f"{name}_in{k}")
+                          for name, value in inputs.items()}
         kb_r, steps_r, rows_r, out_rows = (inputs[n] for n in ("kb", "steps", "rows",
                                                               "out_rows"))
         groups_r, wide, two, bias_r = (inputs[n] for n in ("groups", "wide", "two", "bias"))
@@ -183,7 +261,7 @@ class NBitsCluster(wiring.Component):
         act_in, blk_in = inputs["act_w"], inputs["blk_w"]
         feeding = Signal()
         out_groups = Signal(CW)             # groups whose MAC results are all attached
-        read_groups = Signal(CW)            # groups whose outputs are all read out
+        read_left = Signal(CW)              # groups whose outputs are to be read, less one
         sent_groups = Signal(CW)            # groups whose y words are all sent
         m.d.sync += self.idle.eq(~feeding & ~feed_go & (out_groups == groups_r)
                                  & (sent_groups == groups_r))
@@ -203,7 +281,9 @@ class NBitsCluster(wiring.Component):
         c = Signal(log_steps + 1)           # step of the row
         cb = Signal(range(mb // simd + 1))  # step within the block
         r = Signal(range(T))
-        g = Signal(CW)
+        # (the long counters count down to their compare: no subtract before an equality)
+        c_left = Signal(CW)                 # steps_r - 1 - c
+        g_left = Signal(CW)                 # groups left after this one
         c_last, cb_last, r_last, g_last = Signal(), Signal(), Signal(), Signal()
         bpb = inputs["bpb"]                 # steps per block
         # two stages: s1 holds the step while the activation memory reads its word; s2 adds
@@ -214,15 +294,16 @@ class NBitsCluster(wiring.Component):
         advance = ~s1_valid | advance2
         issue = Signal()
         m.d.comb += issue.eq(feeding & self.w.valid & advance)
-        half = Signal()
-        m.d.comb += half.eq(two & c[0])
+        # 2-bit: each nibble two steps, low bits first (the odd steps take the high bits):
+        # c[0] again in a kept register per 8 nibbles, beside their multiplexers
+        c0_after = Mux(feed_go, 0, Mux(issue & r_last, ~c_last & ~c[0], c[0]))
         nib = Signal(4 * pe * simd)
-        with m.If(two):                     # (2-bit: each nibble two steps, low bits first)
-            for i in range(pe * simd):
-                m.d.comb += nib[4 * i:4 * i + 4].eq(self.w.payload[4 * i:4 * i + 4]
-                                                    .word_select(half, 2))
-        with m.Else():
-            m.d.comb += nib.eq(self.w.payload)
+        for i0 in range(0, pe * simd, 8):
+            odd = Signal(name=f"odd_step{i0 // 8}", attrs={KEEP_ATTR: 1})
+            m.d.sync += odd.eq(c0_after)
+            for i in range(i0, min(pe * simd, i0 + 8)):
+                code = self.w.payload[4 * i:4 * i + 4]
+                m.d.comb += nib[4 * i:4 * i + 4].eq(Mux(two, code.word_select(odd, 2), code))
         word_done = r_last & (~two | c[0] | c_last)
         m.d.comb += [self.w.ready.eq(issue & word_done),
                      act_r.addr.eq((r << log_steps) | c[:log_steps]), act_r.en.eq(advance),
@@ -238,16 +319,17 @@ class NBitsCluster(wiring.Component):
                              cb.eq(Mux(cb_last, 0, cb + 1)),
                              cb_last.eq(Mux(cb_last, bpb == 1, cb == bpb - 2))]
                 with m.If(c_last):
-                    m.d.sync += [c.eq(0), c_last.eq(steps_r == 1),
-                                 g.eq(g + 1), g_last.eq(g == groups_r - 2)]
+                    m.d.sync += [c.eq(0), c_left.eq(steps_r - 1), c_last.eq(steps_r == 1),
+                                 g_left.eq(g_left - 1), g_last.eq(g_left == 1)]
                     with m.If(g_last):
                         m.d.sync += feeding.eq(0)
                 with m.Else():
-                    m.d.sync += [c.eq(c + 1), c_last.eq(c == steps_r - 2)]
+                    m.d.sync += [c.eq(c + 1), c_left.eq(c_left - 1), c_last.eq(c_left == 1)]
             with m.Else():
                 m.d.sync += [r.eq(r + 1), r_last.eq(r == rows_r - 2)]
         with m.If(feed_go):
-            m.d.sync += [feeding.eq(1), c.eq(0), cb.eq(0), r.eq(0), g.eq(0),
+            m.d.sync += [feeding.eq(1), c.eq(0), cb.eq(0), r.eq(0), c_left.eq(steps_r - 1),
+                         g_left.eq(groups_r - 1),
                          c_last.eq(steps_r == 1), cb_last.eq(bpb == 1),
                          r_last.eq(rows_r == 1), g_last.eq(groups_r == 1)]
 
@@ -256,33 +338,22 @@ class NBitsCluster(wiring.Component):
         # taken its J terms)
         # (every compare that the hand-off needs is a register, set when its counter moves)
         blk_r = blkp.read_port()
-        head_valid = Signal()
-        head_isum = Signal.like(mac.o.payload.isum)
+        m.submodules.admission = adm = LaneAdmission.for_lane(self._lanes[0])
+        head = self._sequencer(m, "head", adm.ok_next, mac.o.valid, fzp)
+        go, j, j_last, zt = head.go, head.j, head.j_last, head.zt
+        head_valid, head_end, h_move = head.valid, head.end, head.move
+        # (J = 1: the head's block sums; J > 1: each lane holds its own, in shift chains)
+        head_isum = Signal.like(mac.o.payload.isum) if J == 1 else None
         head_row = Signal.like(mac.o.payload.row)
         head_first, head_last = Signal(), Signal()
         need_s, need_b = Signal(), Signal()        # the head's row 0: s beats; and bias beats
         ob = Signal(log_kb + 1)                    # block of the next result
         orow = Signal(range(T))                    # its row
         ob_last, orow_last = Signal(), Signal()    # ob == kb_r - 1, orow == rows_r - 1
+        ob_left = Signal(CW)                       # kb_r - 1 - ob
         ob_zero, orow_zero = Signal(init=1), Signal(init=1)     # ob == 0, orow == 0
-        j = Signal(range(J))
-        j_last = Signal(init=J == 1)               # j == J - 1
-        # with float zero points (fzp) a result's terms come twice: its J weight terms, then
-        # (zt) its J zero-point terms, d = asum with the s beats' scales z
-        zt = Signal() if float_path else Const(0, 1)
-        go = Signal()
-        # the values j_last and zt take (a term going moves to the head's next term); the
-        # term offered is the head's last, j_last & (zt | ~fzp): a register set from them (so
-        # that taking a result is one LUT from registers)
-        j_last_after = Mux(go, Mux(j_last, J == 1, j == J - 2), j_last)
-        m.d.sync += j_last.eq(j_last_after)
-        if float_path:
-            zt_after = Mux(go & j_last, ~zt & fzp, zt)
-            head_end = Signal(init=J == 1)
-            m.d.sync += [zt.eq(zt_after), head_end.eq(j_last_after & (zt_after | ~fzp))]
-        else:
-            head_end = j_last
-        h_move = ~head_valid | (go & head_end)
+        # (with float zero points a result's terms come twice: its J weight terms, then (zt)
+        # its J zero-point terms, d = asum with the s beats' scales z)
         accept = mac.o.valid & h_move
         # the next result's accumulator row (its row of A) and whether its terms open or close
         # the accumulators: in fmode its digit rows share one, opened by digit 0, closed by 3
@@ -309,8 +380,9 @@ class NBitsCluster(wiring.Component):
         with m.If(h_move):
             # (the result's row and block from the hand-off's counters, which follow the MAC
             # array's order, rather than from its block RAM FIFO's slow output)
-            m.d.sync += [head_valid.eq(mac.o.valid), head_isum.eq(mac.o.payload.isum),
-                         head_row.eq(o_arow), head_first.eq(o_first),
+            if J == 1:
+                m.d.sync += head_isum.eq(mac.o.payload.isum)
+            m.d.sync += [                         head_row.eq(o_arow), head_first.eq(o_first),
                          head_last.eq(o_last), need_s.eq(o_need_s), need_b.eq(o_need_b)]
         # a group's last result taken: counted a cycle later (only the tile's end waits on
         # out_groups, and its read-out comes later still)
@@ -322,12 +394,14 @@ class NBitsCluster(wiring.Component):
             with m.If(orow_last):
                 m.d.sync += [orow.eq(0), orow_last.eq(rows_r == 1), orow_zero.eq(1),
                              ob.eq(Mux(ob_last, 0, ob + 1)), ob_zero.eq(ob_last),
-                             ob_last.eq(Mux(ob_last, kb_r == 1, ob == kb_r - 2))]
+                             ob_left.eq(Mux(ob_last, kb_r - 1, ob_left - 1)),
+                             ob_last.eq(Mux(ob_last, kb_r == 1, ob_left == 1))]
             with m.Else():
                 m.d.sync += [orow.eq(orow + 1), orow_last.eq(orow == rows_r - 2),
                              orow_zero.eq(0)]
         with m.If(load_go):
-            m.d.sync += [ob.eq(0), orow.eq(0), out_groups.eq(0), read_groups.eq(0),
+            m.d.sync += [ob.eq(0), orow.eq(0), out_groups.eq(0), read_left.eq(groups_r - 1),
+                         ob_left.eq(kb_r - 1),
                          sent_groups.eq(0), ob_zero.eq(1), orow_zero.eq(1),
                          ob_last.eq(kb_r == 1), orow_last.eq(rows_r == 1)]
 
@@ -337,7 +411,6 @@ class NBitsCluster(wiring.Component):
         def term_addr(row, jj):
             jj = Const(jj, len(j)) if isinstance(jj, int) else jj[:len(j)]
             return Cat(jj, row) if J & (J - 1) == 0 else row * J + jj
-        m.submodules.admission = adm = LaneAdmission.for_lane(self._lanes[0])
         # the scale and bias beats wait in a register each, so whether the term offered next
         # has its beats is known a cycle ahead: part of the admission's candidates, whose
         # registered verdict is `go` itself (no stream's valid on the hand-off's enables)
@@ -361,11 +434,7 @@ class NBitsCluster(wiring.Component):
         # the terms registered beside the hand-off: the lanes' inputs come from registers
         # (their J-way multiplexers and the lanes are far apart on the chip)
         term_r = Signal(terms, reset_less=True)
-        term_v = Signal()
-        m.d.sync += [term_r.eq(term_in), term_v.eq(go)]
-        m.d.comb += go.eq(adm.ok)
-        with m.If(go):
-            m.d.sync += j.eq(Mux(j_last, 0, j + 1))
+        m.d.sync += term_r.eq(term_in)
         # the term offered next: if none goes now, this one (or, with no head, the next
         # result's first); if this one goes, the head's next term or the next result's first
         # (its row from the hand-off's own counter, not from the MAC array's block RAM FIFO)
@@ -391,59 +460,61 @@ class NBitsCluster(wiring.Component):
                                 (adm.advance, head_end, first_of_next[1], next_term)):
             m.d.comb += [field.eq(Mux(sel, x, y)) for field, x, y in zip(
                 (cand.valid, cand.addr, cand.first, cand.last), a, b, strict=True)]
-        t_first, t_last = flags(zt)
+        t_last = flags(zt)[1]
         m.d.comb += [adm.take.eq(go), adm.beat.addr.eq(term_addr(head_row, j)),
                      adm.beat.last.eq(t_last)]
-        pairs = wide_columns(pe, F)
         replay_layout = data.StructLayout({"scale": unsigned(32), "zp": unsigned(8),
                                            "bias": unsigned(32)})
         for f, lane in enumerate(self._lanes):
-            # the term counter again beside this lane's multiplexers (kept apart from j and
-            # the other lanes' copies): j selects from every column's block sums, so one
-            # register would drive some 400 LUT inputs across the whole cluster
-            j_f = Signal.like(j, name=f"j_lane{f}", attrs={KEEP_ATTR: 1})
-            with m.If(go):
-                m.d.sync += j_f.eq(Mux(j_last, 0, j_f + 1))
+            # the hand-off's sequencer and head fields again beside this lane (kept
+            # registers, the same values): the lanes lie apart, each with its replay memory
+            # and operand fields to drive
+            seq = self._sequencer(m, f"lane{f}", adm.ok_next, mac.o.valid, fzp)
+            go_f, j_f, zt_f = seq.go, seq.j, seq.zt
+            here = {key: Signal(name=f"{key}_lane{f}", attrs={KEEP_ATTR: 1})
+                    for key in ("need_s", "need_b", "first", "last")}
+            with m.If(seq.move):
+                m.d.sync += [here["need_s"].eq(o_need_s), here["need_b"].eq(o_need_b),
+                             here["first"].eq(o_first), here["last"].eq(o_last)]
+            need_s_f = here["need_s"]
+            need_bt_f = here["need_b"] & ~zt_f
+            first_f = here["first"] & ~zt_f
+            last_f = here["last"] & (zt_f | ~fzp)
+            term_v = Signal(name=f"term_v{f}")          # (term_r[f] holds a term)
+            m.d.sync += term_v.eq(go_f)
             # (a term's s beat kept for the tile's other rows; 2 J entries with fzp)
             rep = memory.Memory(shape=replay_layout, depth=2 * J if float_path else J,
                                 init=[])
             m.submodules[f"replay{f}"] = rep
             rw, rr = rep.write_port(), rep.read_port(domain="comb")
             cur = Signal(replay_layout, name=f"params{f}")
-            slot = Mux(zt, j_f + J, j_f) if float_path else j_f
-            m.d.comb += [rr.addr.eq(slot), rw.addr.eq(slot), rw.en.eq(go & need_s),
+            slot = Mux(zt_f, j_f + J, j_f) if float_path else j_f
+            m.d.comb += [rr.addr.eq(slot), rw.addr.eq(slot), rw.en.eq(go_f & need_s_f),
                          cur.eq(rr.data)]
-            with m.If(need_s):
+            with m.If(need_s_f):
                 m.d.comb += [cur.scale.eq(s_buf[f].scale), cur.zp.eq(s_buf[f].zp)]
-                with m.If(need_bt):
+                with m.If(need_bt_f):
                     m.d.comb += cur.bias.eq(b_buf[f])
-                with m.Elif(~head_first):
+                with m.Elif(~here["first"]):
                     m.d.comb += cur.bias.eq(rr.data.bias)
             m.d.comb += rw.data.eq(cur)
             # the term's block sums: MAC column lane_column(...), or at 5..8 bits the two
             # MAC columns of its output column (wide_columns)
-            isum = Signal.like(head_isum[0], name=f"isum{f}")
-            isum_hi = Signal.like(head_isum[0], name=f"isum_hi{f}")
-            with m.Switch(j_f):
-                for jj in range(J):
-                    c = lane_column(pe, F, f, jj, False)
-                    cw = lane_column(pe, F, f, jj, True)
-                    with m.Case(jj):
-                        if cw is not None:
-                            lo, hi = pairs[cw]
-                            m.d.comb += [isum.eq(Mux(wide, head_isum[lo], head_isum[c])),
-                                         isum_hi.eq(Mux(wide, head_isum[hi], 0))]
-                        else:
-                            m.d.comb += isum.eq(head_isum[c])
+            if J == 1:
+                isum, isum_hi = _pick_isum(pe, F, f, head_isum, wide)
+            else:
+                even, odd = self._chains(m, f, wide, seq, adm.ok_next, fzp)
+                isum = Mux(j_f[0] & ~wide, odd, even)
+                isum_hi = Mux(wide, odd, 0)
             if float_path:                     # a zero-point term: d = asum (zp 0)
-                isum, isum_hi = Mux(zt, head_blk.asum, isum), Mux(zt, 0, isum_hi)
+                isum, isum_hi = Mux(zt_f, head_blk.asum, isum), Mux(zt_f, 0, isum_hi)
             li = term_in[f]
             m.d.comb += [li.isum.eq(isum), li.isum_hi.eq(isum_hi),
                          li.asum.eq(head_blk.asum), li.sa.eq(head_blk.sa),
                          li.sb.eq(cur.scale), li.zp.eq(cur.zp),
                          li.bias.eq(Mux(bias_r, cur.bias, 0)),
-                         li.first.eq(t_first), li.last.eq(t_last),
-                         li.addr.eq(term_addr(head_row, j)),
+                         li.first.eq(first_f), li.last.eq(last_f),
+                         li.addr.eq(term_addr(head_row, j_f)),
                          lane.i.payload.eq(term_r[f]), lane.i.valid.eq(term_v)]
 
         # -- lane outputs into two banks; the y path reads a full bank row by row ---------------
@@ -494,12 +565,12 @@ class NBitsCluster(wiring.Component):
         col_last = (rr_j == j_end) & (rr_f == Mux(wide, F // 2 - 1, F - 1) if J == 1 else
                                       rr_f == F - 1)
         bank_last = col_last & (rr_row == out_rows - 1)
-        job_last = bank_last & last_tile & (read_groups == groups_r - 1)
+        job_last = bank_last & last_tile & (read_left == 0)
         with m.If(take):
             with m.If(col_last):
                 m.d.sync += [rr_f.eq(0), rr_j.eq(0)]
                 with m.If(rr_row == out_rows - 1):
-                    m.d.sync += [rr_row.eq(0), rb.eq(~rb), read_groups.eq(read_groups + 1)]
+                    m.d.sync += [rr_row.eq(0), rb.eq(~rb), read_left.eq(read_left - 1)]
                     m.d.sync += full.bit_select(rb, 1).eq(0)
                 with m.Else():
                     m.d.sync += rr_row.eq(rr_row + 1)

@@ -13,7 +13,7 @@ from amaranth.hdl import (
     unsigned,
 )
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -106,7 +106,8 @@ class PackedMacArray(wiring.Component):
     bank and a multiplexer in that loop. On ``last`` the sums are registered and written
     as they are into the output FIFO: :class:`~qaccel.rtl.block_fifo.BlockFifo` (block RAM)
     up to :data:`BLOCK_FIFO_MAX_PE` columns (or as ``block_fifo`` says),
-    :class:`~amaranth.lib.fifo.SyncFIFOBuffered` (LUT RAM, the same cycles) above, where a
+    :class:`~amaranth.lib.fifo.SyncFIFO` (LUT RAM read unregistered, behind a second result
+    register: the same cycles, and no enable of a register as wide as the word) above, where a
     FIFO of ``pe * acc_width`` bits would take more than 36 DP16KD spread over the part's
     block-RAM rows, which nextpnr could not route around on the LFE5U-85F (``pe = 128``: 72
     DP16KD; router2's overuse grew from its 11th iteration, against convergence with the
@@ -125,7 +126,8 @@ class PackedMacArray(wiring.Component):
 
     Latency: :attr:`latency` ``= pre_stages + tree_stages + 3`` cycles from the transfer of a
     block's last beat to its ``o`` beat being offered, without back-pressure (the 3: the
-    result register, the FIFO's memory and its output register; the accumulator stage
+    result register, the FIFO's memory and its output register, or in LUT RAM two result
+    registers and the FIFO's memory read unregistered; the accumulator stage
     itself is combinational into the result register): ``5 + log2(simd)`` with all slots on
     DSPs, ``6 + log2(simd)`` with LUT multipliers (7 and 8 at simd 4).
 
@@ -343,7 +345,7 @@ class PackedMacArray(wiring.Component):
         width = o.payload.shape().size
         m.submodules.fifo = out_fifo = (
             BlockFifo(width=width, depth=depth, ecp5=self._ecp5) if self._block_fifo
-            else SyncFIFOBuffered(width=width, depth=depth))
+            else SyncFIFO(width=width, depth=depth))
 
         # -- admission within the credit -------------------------------------------------------
         reserved = Signal(range(depth + 1))     # blocks whose last beat is in, o not yet out
@@ -484,6 +486,11 @@ class PackedMacArray(wiring.Component):
         m.d.comb += [result.isum.eq(res), result.row.eq(res_row)]
 
         # -- output FIFO and credits ------------------------------------------------------------
+        if not self._block_fifo:        # (the LUT RAM's read is unregistered: one more stage)
+            result2 = Signal(o.payload.shape(), reset_less=True)
+            res_valid2 = Signal()
+            m.d.sync += [result2.eq(result), res_valid2.eq(res_valid)]
+            result, res_valid = result2, res_valid2
         m.d.comb += [out_fifo.w_data.eq(result), out_fifo.w_en.eq(res_valid),
                      o.payload.eq(out_fifo.r_data), o.valid.eq(out_fifo.r_rdy),
                      out_fifo.r_en.eq(o.ready)]

@@ -8,6 +8,7 @@ tools (a cold YoWASP cache adds ~80 s of WebAssembly compilation, see qaccel.syn
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -303,6 +304,23 @@ class _Multipliers(wiring.Component):
         for k in range(self._n):
             m.d.sync += self.p[k].eq(self.a[k] * self.b[k])
         return m
+
+
+@pytest.mark.synth
+def test_synth_slow_nets():
+    """slow_nets=True: the nets into the latest-arriving endpoints, from nextpnr's detailed
+    timing report (kept in report.json), in a cache entry of their own."""
+    _require("ecp5-25k")
+    r = synth.synthesize(Saturate(16, bits=8), target="ecp5-25k", name="synth_slow_nets",
+                         slow_nets=True)
+    assert 0 < len(r.slow_nets) <= synth.SLOW_NETS
+    delays = [d for _, _, d in r.slow_nets]
+    assert delays == sorted(delays, reverse=True) and 0 < delays[0] < 50
+    assert all(isinstance(n, str) and f >= 1 for n, f, _ in r.slow_nets)
+    report = json.loads((r.build_dir / "report.json").read_text())
+    assert report["detailed_net_timings"] and "fmax" in report
+    plain = synth.synthesize(Saturate(16, bits=8), target="ecp5-25k", name="synth_slow_nets")
+    assert plain.build_dir != r.build_dir and plain.slow_nets == ()
 
 
 @pytest.mark.synth

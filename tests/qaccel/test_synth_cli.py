@@ -37,18 +37,22 @@ def canned(monkeypatch):
     calls = _Calls()
 
     def fake(component, *, target, name, seed=1, freq_mhz=None, router="router1",
-             floorplan=()):
+             floorplan=(), slow_nets=False):
         calls.append((type(component).__name__, target, name, seed, freq_mhz))
         calls.routers.append(router)
         calls.floorplans.append(floorplan)
+        calls.slow_nets.append(slow_nets)
         if type(component).__name__ == "MatMulNBitsV2":
             built.append((component.config, component.row_quantizer.ecp5))
-        return dataclasses.replace(CANNED, name=name, target=target, seed=seed)
+        nets = (("dut.cluster0.go", 12, 3.25), ("dut.j_last", 206, 2.5)) if slow_nets else ()
+        return dataclasses.replace(CANNED, name=name, target=target, seed=seed,
+                                   slow_nets=nets)
 
     built = []
     calls.built = built
     calls.routers = []
     calls.floorplans = []
+    calls.slow_nets = []
 
     monkeypatch.setattr(hwreport, "synthesize", fake)
     return calls
@@ -258,6 +262,36 @@ def test_synth_cli_bad_option(argv, message, canned, capsys):
     with pytest.raises(SystemExit):
         cli.main(["synth", *argv])
     assert message in capsys.readouterr().err and canned == []
+
+
+def test_synth_cli_slow_nets(canned, capsys):
+    """--slow-nets asks synthesize for the nets into the latest arrivals and prints them
+    after the critical path; without it, none are asked for or printed."""
+    assert cli.main(["synth", "--bits", "4", "--block-size", "32", "--slow-nets"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = out.index("  latest arrivals (ns after the clock edge, endpoints, the net into them):")
+    assert out[at + 1:at + 3] == ["     3.25 ns     12  dut.cluster0.go",
+                                  "     2.50 ns    206  dut.j_last"]
+    assert cli.main(["synth", "--bits", "4", "--block-size", "32"]) == 0
+    assert "slowest nets" not in capsys.readouterr().out
+    assert canned.slow_nets == [True, False]
+
+
+def test_slow_nets_from_a_detailed_report():
+    """The latest arrival at any endpoint per net (nextpnr's [min, max] pairs), worst first,
+    at most SLOW_NETS of them; nets without clocked endpoints left out."""
+    clk = "posedge clk"
+    report = {"detailed_net_timings": [
+        {"net": "a", "event": clk, "endpoints": [{"delay": [0.5, 0.75], "event": clk},
+                                                 {"delay": [1.0, 1.25], "event": clk},
+                                                 {"delay": [9.0, 9.5], "event": "<async>"}]},
+        {"net": "b", "event": clk, "endpoints": [{"delay": [2.0, 2.5], "event": clk}]},
+        {"net": "c", "endpoints": []},
+        {"net": "rst", "event": "<async>", "endpoints": [{"delay": [7.0, 7.5], "event": clk}]},
+        *({"net": f"n{k}", "endpoints": [{"delay": [0.1, 0.2]}]} for k in range(60))]}
+    nets = synth._slow_nets(report)
+    assert nets[:2] == (("b", 1, 2.5), ("a", 2, 1.25)) and len(nets) == synth.SLOW_NETS
+    assert synth._slow_nets({}) == ()
 
 
 @pytest.mark.parametrize("argv", [["--target", "ecp5-85k", "--router", "router2"],

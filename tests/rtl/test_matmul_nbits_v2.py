@@ -34,13 +34,16 @@ SHAPES = {"p4s2t3": AccelConfig(pe=4, simd=2, m_tile=3, max_k=1024, max_block_si
 
 #: Engines with the float path (four digit rows per row of A): pe 4 x simd 2, tiles of one
 #: row (two lanes of 2 columns: digit rows stall on the shared accumulators); pe 8 x simd 1,
-#: tiles of two rows; pe 8 x simd 4 in two clusters, tiles of one row.
+#: tiles of two rows; pe 8 x simd 4 in two clusters, tiles of one row; pe 16 x simd 1 (one
+#: lane of J = 16 columns: its block-sum chains under two sequencer replicas, as the presets').
 FLOAT_SHAPES = {"p4s2t4f": AccelConfig(pe=4, simd=2, m_tile=4, max_k=1024, max_block_size=256,
                                        float_path=True),
                 "p8s1t8f": AccelConfig(pe=8, simd=1, m_tile=8, max_k=512, max_block_size=256,
                                        float_path=True),
                 "p8s4t4fc2": AccelConfig(pe=8, simd=4, m_tile=4, max_k=512, max_block_size=256,
-                                         float_path=True, clusters=2)}
+                                         float_path=True, clusters=2),
+                "p16s1t4f": AccelConfig(pe=16, simd=1, m_tile=4, max_k=512, max_block_size=256,
+                                        float_path=True)}
 
 _SIMS: dict[AccelConfig, StreamSim] = {}
 
