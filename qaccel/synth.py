@@ -365,20 +365,24 @@ def _nextpnr_args(t: Target, name: str, freq_mhz: float, seed: int) -> list[str]
 
 #: Nets :attr:`SynthResult.slow_nets` lists.
 SLOW_NETS = 40
+#: nextpnr's names of I/O buffer cells (ECP5, iCE40).
+_IO_DRIVER = re.compile(r"\$(tr|sb)_io$")
 
 
 def _slow_nets(report: dict[str, Any]) -> tuple[tuple[str, int, float], ...]:
     """The :data:`SLOW_NETS` nets of nextpnr's ``--detailed-timing-report`` data (each net
     into timing endpoints, with each endpoint's arrival time after the clock edge: the
     routed path up to it) of the latest arrival: ``(net, endpoints, arrival in ns)``,
-    worst first; register to register only (not from or to an asynchronous port)."""
+    worst first; endpoints captured by a clock, nets driven by an input pin (the reset's)
+    left out."""
     nets = []
     for net in report.get("detailed_net_timings", []):
         ends = [e for e in net.get("endpoints", []) if "edge" in e.get("event", "edge")]
-        if ends and "edge" in net.get("event", "edge"):     # (clocked launch and capture)
+        if ends and not _IO_DRIVER.search(net.get("driver", "")):
             worst = max(max(e["delay"]) if isinstance(e["delay"], list) else e["delay"]
                         for e in ends)
-            nets.append((net["net"], len(ends), round(worst, 2)))
+            cells = {(e.get("cell"), e.get("port")) for e in ends}     # (once per launch)
+            nets.append((net["net"], len(cells), round(worst, 2)))
     nets.sort(key=lambda n: -n[2])
     return tuple(nets[:SLOW_NETS])
 

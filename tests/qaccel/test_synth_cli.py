@@ -279,18 +279,24 @@ def test_synth_cli_slow_nets(canned, capsys):
 
 def test_slow_nets_from_a_detailed_report():
     """The latest arrival at any endpoint per net (nextpnr's [min, max] pairs), worst first,
-    at most SLOW_NETS of them; nets without clocked endpoints left out."""
+    at most SLOW_NETS of them; nets without clocked endpoints or from an input pin left out."""
     clk = "posedge clk"
     report = {"detailed_net_timings": [
         {"net": "a", "event": clk, "endpoints": [{"delay": [0.5, 0.75], "event": clk},
-                                                 {"delay": [1.0, 1.25], "event": clk},
+                                                 {"delay": [1.0, 1.25], "event": clk,
+                                                  "cell": "q", "port": "D"},
+                                                 {"delay": [0.5, 0.6], "event": clk,
+                                                  "cell": "q", "port": "D"},
                                                  {"delay": [9.0, 9.5], "event": "<async>"}]},
         {"net": "b", "event": clk, "endpoints": [{"delay": [2.0, 2.5], "event": clk}]},
         {"net": "c", "endpoints": []},
-        {"net": "rst", "event": "<async>", "endpoints": [{"delay": [7.0, 7.5], "event": clk}]},
+        {"net": "rst", "driver": "rst$tr_io", "endpoints": [{"delay": [7.0, 7.5], "event": clk}]},
+        {"net": "d", "event": "<async>", "driver": "x",
+         "endpoints": [{"delay": [1.0, 1.5], "event": clk}]},
         *({"net": f"n{k}", "endpoints": [{"delay": [0.1, 0.2]}]} for k in range(60))]}
     nets = synth._slow_nets(report)
-    assert nets[:2] == (("b", 1, 2.5), ("a", 2, 1.25)) and len(nets) == synth.SLOW_NETS
+    assert nets[:3] == (("b", 1, 2.5), ("d", 1, 1.5), ("a", 2, 1.25))
+    assert len(nets) == synth.SLOW_NETS
     assert synth._slow_nets({}) == ()
 
 
