@@ -28,6 +28,7 @@ import dataclasses
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import re
 import shutil
@@ -369,22 +370,39 @@ SLOW_NETS = 40
 _IO_DRIVER = re.compile(r"\$(tr|sb)_io$")
 
 
-def _slow_nets(report: dict[str, Any]) -> tuple[tuple[str, int, float], ...]:
+def _slow_nets(report: dict[str, Any], limit: float = math.inf,
+               ) -> tuple[tuple[str, int, float], ...]:
     """The :data:`SLOW_NETS` nets of nextpnr's ``--detailed-timing-report`` data (each net
     into timing endpoints, with each endpoint's arrival time after the clock edge: the
     routed path up to it) of the latest arrival: ``(net, endpoints, arrival in ns)``,
-    worst first; endpoints captured by a clock, nets driven by an input pin (the reset's)
-    left out."""
+    worst first. Only endpoints captured by a clock, and arrivals up to ``limit`` (the
+    worst register-to-register path: later ones come from an input pin such as the reset);
+    nets driven by an input pin left out. The data does not say where a path starts, so
+    paths from the reset pin through logic can still appear below ``limit`` (on a large
+    part, the registers whose reset is a LUT before their data input)."""
+    def arrival(e):
+        return max(e["delay"]) if isinstance(e["delay"], list) else e["delay"]
+
     nets = []
     for net in report.get("detailed_net_timings", []):
-        ends = [e for e in net.get("endpoints", []) if "edge" in e.get("event", "edge")]
+        ends = [e for e in net.get("endpoints", [])
+                if "edge" in e.get("event", "edge") and arrival(e) <= limit]
         if ends and not _IO_DRIVER.search(net.get("driver", "")):
-            worst = max(max(e["delay"]) if isinstance(e["delay"], list) else e["delay"]
-                        for e in ends)
+            worst = max(arrival(e) for e in ends)
             cells = {(e.get("cell"), e.get("port")) for e in ends}     # (once per launch)
             nets.append((net["net"], len(cells), round(worst, 2)))
     nets.sort(key=lambda n: -n[2])
     return tuple(nets[:SLOW_NETS])
+
+
+def _path_delay(report: dict[str, Any], clock: str) -> float:
+    """The delay of nextpnr's worst register-to-register path of ``clock`` in ns (infinite
+    if the report has none)."""
+    edge = f"posedge {clock}"
+    for p in report.get("critical_paths", []):
+        if p.get("from") == edge and p.get("to") == edge:
+            return sum(s["delay"] for s in p["path"])
+    return math.inf
 
 
 def _pin(netlist: Path, name: str, floorplan: tuple[Region, ...], device: str) -> None:
@@ -602,11 +620,11 @@ def synthesize(
             stamp.write_text(json.dumps({"key": key, "does_not_fit": str(e)}, indent=1))
             raise
         report = json.loads((build_dir / "report.json").read_text())
-        nets = _slow_nets(report)
         fmax = report.get("fmax", {})
         if not fmax:
             raise SynthToolError(f"{t.nextpnr_package} reported no clock in {build_dir}"
                                  f"{_log_tail(build_dir / 'nextpnr.log')}")
+        clock = min(fmax, key=lambda c: fmax[c]["achieved"])
         counts = {kind: sum(w * n for pattern, w in weights.items()
                             for c, n in cells.items()
                             if c == pattern or (pattern.endswith("*")
@@ -621,8 +639,8 @@ def synthesize(
             wall_time=round(yosys_time + nextpnr_time, 2), cells=cells,
             utilization={k: (v["used"], v["available"])
                          for k, v in report.get("utilization", {}).items() if v["used"]},
-            critical_path=_critical_path(report, min(fmax, key=lambda c: fmax[c]["achieved"])),
-            slow_nets=nets,
+            critical_path=_critical_path(report, clock),
+            slow_nets=_slow_nets(report, _path_delay(report, clock)),
             build_dir=build_dir,
         )
         stamp.write_text(json.dumps({"key": key, "result": result.to_dict()}, indent=1))

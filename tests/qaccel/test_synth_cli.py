@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 from amaranth.sim import Simulator
@@ -298,6 +299,10 @@ def test_slow_nets_from_a_detailed_report():
     assert nets[:3] == (("b", 1, 2.5), ("d", 1, 1.5), ("a", 2, 1.25))
     assert len(nets) == synth.SLOW_NETS
     assert synth._slow_nets({}) == ()
+    assert synth._slow_nets(report, limit=2.0)[:2] == (("d", 1, 1.5), ("a", 2, 1.25))
+    path = {"from": "posedge c", "to": "posedge c", "path": [{"delay": 0.5}, {"delay": 1.5}]}
+    assert synth._path_delay({"critical_paths": [path]}, "c") == 2.0
+    assert synth._path_delay({}, "c") == math.inf
 
 
 @pytest.mark.parametrize("argv", [["--target", "ecp5-85k", "--router", "router2"],
