@@ -395,14 +395,18 @@ def _slow_nets(report: dict[str, Any], limit: float = math.inf,
     return tuple(nets[:SLOW_NETS])
 
 
+def _clock_path(report: dict[str, Any], clock: str) -> list | None:
+    """The steps of nextpnr's worst register-to-register path of ``clock``, or None."""
+    edge = f"posedge {clock}"
+    return next((p["path"] for p in report.get("critical_paths", [])
+                 if p.get("from") == edge and p.get("to") == edge), None)
+
+
 def _path_delay(report: dict[str, Any], clock: str) -> float:
     """The delay of nextpnr's worst register-to-register path of ``clock`` in ns (infinite
     if the report has none)."""
-    edge = f"posedge {clock}"
-    for p in report.get("critical_paths", []):
-        if p.get("from") == edge and p.get("to") == edge:
-            return sum(s["delay"] for s in p["path"])
-    return math.inf
+    segs = _clock_path(report, clock)
+    return math.inf if segs is None else sum(s["delay"] for s in segs)
 
 
 def _pin(netlist: Path, name: str, floorplan: tuple[Region, ...], device: str) -> None:
@@ -435,12 +439,9 @@ def _critical_path(report: dict[str, Any], clock: str) -> str:
     the Python lines it comes from); a carry chain's ripple steps are merged into one row.
     The full report is in ``nextpnr.log``.
     """
-    edge = f"posedge {clock}"
-    paths = [p for p in report.get("critical_paths", [])
-             if p.get("from") == edge and p.get("to") == edge]
-    if not paths:
+    segs = _clock_path(report, clock)
+    if segs is None:
         return ""
-    segs = paths[0]["path"]
     routing = sum(s["delay"] for s in segs if s["type"] == "routing")
     total = sum(s["delay"] for s in segs)
     rows: list[list] = []

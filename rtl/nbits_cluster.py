@@ -382,7 +382,7 @@ class NBitsCluster(wiring.Component):
             # array's order, rather than from its block RAM FIFO's slow output)
             if J == 1:
                 m.d.sync += head_isum.eq(mac.o.payload.isum)
-            m.d.sync += [                         head_row.eq(o_arow), head_first.eq(o_first),
+            m.d.sync += [head_row.eq(o_arow), head_first.eq(o_first),
                          head_last.eq(o_last), need_s.eq(o_need_s), need_b.eq(o_need_b)]
         # a group's last result taken: counted a cycle later (only the tile's end waits on
         # out_groups, and its read-out comes later still)
