@@ -29,14 +29,16 @@ class LaneAdmission(wiring.Component):
       transferred on the lane's ``o``; its room counts a cycle later).
 
     The source presents the beat it will offer in the next cycle in two versions: ``stay``
-    if no beat is admitted in this cycle and ``advance`` if one is (``valid`` low: none), and
-    ``take`` with ``beat``: the beat admitted in this cycle. ``ok`` is a register: high when
-    the beat offered in this cycle may be admitted, so the source admits it as ``take =
-    offered & ok``; ``ok_next`` is the value ``ok`` takes in the next cycle (for copies of
-    ``ok`` registered beside its loads). Both versions are checked in parallel and ``take``
-    only selects the result, so the loop from ``ok`` through ``take`` back to ``ok`` is two
-    LUTs deep. A synchronous reset forgets every beat in flight and every credit (reset the
-    lanes with it).
+    if no beat is admitted in this cycle and ``advance`` if one is, each as ``choices``
+    candidates of which ``stay_pick`` / ``advance_pick`` names the one offered (``valid``
+    low: none), and ``take`` with ``beat``: the beat admitted in this cycle. Every candidate
+    is checked in parallel (``stay_ok``, ``advance_ok``: a verdict each), so a source whose
+    picks are registers may select its verdict beside each of its loads, one LUT from them.
+    ``ok`` is a register: high when the beat offered in this cycle may be admitted, so the
+    source admits it as ``take = offered & ok``; ``ok_next`` is the value ``ok`` takes in
+    the next cycle (the verdict picked). The loop from ``ok`` through ``take`` back to
+    ``ok`` is two LUTs deep. A synchronous reset forgets every beat in flight and every
+    credit (reset the lanes with it).
 
     Parameters
     ----------
@@ -46,25 +48,32 @@ class LaneAdmission(wiring.Component):
         Cycles a write blocks a read of its ``addr``, 1..64 (``ScaleLane.recurrence - 1``).
     credits : :class:`int`
         Results that may be outstanding, 1..1024 (``ScaleLane.fifo_depth``).
+    choices : :class:`int`
+        Candidates per version, 1..4.
 
     Members
     -------
-    stay, advance : :py:`In(StructLayout({"valid": 1, "addr": unsigned(addr_width),
-        "first": 1, "last": 1}))`
+    stay, advance : :py:`In(ArrayLayout(StructLayout({"valid": 1, "addr":
+        unsigned(addr_width), "first": 1, "last": 1}), choices))`
+    stay_pick, advance_pick : :py:`In(range(choices))`
     take : :py:`In(1)`
     beat : :py:`In(StructLayout({"addr": unsigned(addr_width), "last": 1}))`
     release : :py:`In(1)`
+    stay_ok, advance_ok : :py:`Out(choices)`
     ok, ok_next : :py:`Out(1)`
     """
 
-    def __init__(self, *, addr_width: int, window: int, credits: int):
+    def __init__(self, *, addr_width: int, window: int, credits: int, choices: int = 1):
         self._addr_width = check_int("addr_width", addr_width, 1, 16)
         self._window = check_int("window", window, 1, 64)
         self._credits = check_int("credits", credits, 1, 1024)
-        cand = data.StructLayout({"valid": 1, "addr": unsigned(addr_width), "first": 1,
-                                  "last": 1})
+        self._choices = check_int("choices", choices, 1, 4)
+        cand = data.ArrayLayout(data.StructLayout({"valid": 1, "addr": unsigned(addr_width),
+                                                   "first": 1, "last": 1}), choices)
         super().__init__({
             "stay": In(cand), "advance": In(cand),
+            "stay_pick": In(range(choices)), "advance_pick": In(range(choices)),
+            "stay_ok": Out(choices), "advance_ok": Out(choices),
             "take": In(1),
             "beat": In(data.StructLayout({"addr": unsigned(addr_width), "last": 1})),
             "release": In(1),
@@ -72,10 +81,10 @@ class LaneAdmission(wiring.Component):
         })
 
     @classmethod
-    def for_lane(cls, lane) -> LaneAdmission:
+    def for_lane(cls, lane, choices: int = 1) -> LaneAdmission:
         """The admission of ``lane`` (a :class:`~qaccel.rtl.scale_lane.ScaleLane`)."""
         return cls(addr_width=lane.addr_width, window=lane.recurrence - 1,
-                   credits=lane.fifo_depth)
+                   credits=lane.fifo_depth, choices=choices)
 
     @property
     def window(self) -> int:
@@ -99,14 +108,14 @@ class LaneAdmission(wiring.Component):
                          addrs[0].eq(beat.addr)]
             m.d.sync += [addrs[k].eq(addrs[k - 1]) for k in range(1, W - 1)]
 
-        # `reserved`: results admitted before the previous cycle and not yet released; the
-        # one admitted in the previous cycle is `last_d`
-        reserved = Signal(range(self._credits + 1))
-        last_d = Signal()
-        m.d.sync += last_d.eq(self.take & beat.last)
-        held = reserved + last_d
-        room = held < self._credits                     # with nothing admitted now
-        room_after = Mux(beat.last, held + 1 < self._credits, room)     # with `beat` admitted
+        # `held`: results admitted and not yet released, a release counting a cycle later;
+        # whether one more (`room`) or two more (`room2`) fit, as registers decided with it
+        C = self._credits
+        held = Signal(range(C + 1))
+        room, room2 = Signal(init=1), Signal(init=C > 1)
+        held_next = held + (self.take & beat.last) - self.release
+        m.d.sync += [held.eq(held_next), room.eq(held_next < C), room2.eq(held_next < C - 1)]
+        room_after = Mux(beat.last, room2, room)        # with `beat` admitted
 
         def allowed(cand, taken: bool):
             hits = [writes[k] & (addrs[k] == cand.addr) for k in range(W - 1)]
@@ -116,11 +125,11 @@ class LaneAdmission(wiring.Component):
             return (cand.valid & ~(~cand.first & busy)
                     & (~cand.last | (room_after if taken else room)))
 
-        m.d.comb += self.ok_next.eq(Mux(self.take, allowed(self.advance, True),
-                                        allowed(self.stay, False)))
+        for i in range(self._choices):
+            m.d.comb += [self.stay_ok[i].eq(allowed(self.stay[i], False)),
+                         self.advance_ok[i].eq(allowed(self.advance[i], True))]
+        m.d.comb += self.ok_next.eq(Mux(self.take,
+                                        self.advance_ok.bit_select(self.advance_pick, 1),
+                                        self.stay_ok.bit_select(self.stay_pick, 1)))
         m.d.sync += self.ok.eq(self.ok_next)
-        with m.If(last_d & ~self.release):
-            m.d.sync += reserved.eq(reserved + 1)
-        with m.Elif(self.release & ~last_d):
-            m.d.sync += reserved.eq(reserved - 1)
         return m

@@ -335,14 +335,14 @@ class MatMulNBitsV2(wiring.Component):
             """Memory row of row ``row`` of A (and its digit ``dig`` in fmode)."""
             return Mux(fmode, Cat(dig, row), row) if cfg.float_path else row
         m.d.comb += rq.q.ready.eq(1)
+        qa8 = qp.qa.as_unsigned()
+        word = (pack >> 8) | (qa8 << (8 * simd - 8)) if simd > 1 else qa8
+        m.d.comb += [act_w.en.eq(rq.q.valid & (lane_i == simd - 1)), act_w.data.eq(word),
+                     act_w.addr.eq((act_row(lrow, digit) << log_steps) | lstep)]
         with m.If(rq.q.valid):
-            qa8 = qp.qa.as_unsigned()
-            word = (pack >> 8) | (qa8 << (8 * simd - 8)) if simd > 1 else qa8
             m.d.sync += pack.eq(word)
             m.d.sync += lane_i.eq(Mux(lane_i == simd - 1, 0, lane_i + 1))
             with m.If(lane_i == simd - 1):
-                m.d.comb += [act_w.en.eq(1), act_w.data.eq(word),
-                             act_w.addr.eq((act_row(lrow, digit) << log_steps) | lstep)]
                 with m.If(qp.row_last):
                     m.d.sync += [lrow.eq(lrow + 1), lstep.eq(0), lbase.eq(0)]
                 with m.Elif(qp.block_last & fmode & (digit != 3)):
@@ -354,10 +354,11 @@ class MatMulNBitsV2(wiring.Component):
         brow = Signal(range(T + 1))
         bblk = Signal(log_kb + 1)
         bdig = Signal(2)                    # fmode: the digit of the next blk beat
-        m.d.comb += rq.blk.ready.eq(1)
+        # (a write's data and address need no enable: only `en` waits on the beat's valid)
+        m.d.comb += [rq.blk.ready.eq(1), blk_w.en.eq(rq.blk.valid),
+                     blk_w.data.eq(rq.blk.payload),
+                     blk_w.addr.eq((act_row(brow, bdig) << log_kb) | bblk)]
         with m.If(rq.blk.valid):
-            m.d.comb += [blk_w.en.eq(1), blk_w.data.eq(rq.blk.payload),
-                         blk_w.addr.eq((act_row(brow, bdig) << log_kb) | bblk)]
             if cfg.float_path:
                 m.d.sync += bdig.eq(Mux(fmode, bdig + 1, 0))
             with m.If(~fmode | (bdig == 3)):           # the block's last (or only) beat

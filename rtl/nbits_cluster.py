@@ -30,7 +30,7 @@ _TERM_REG = 1           # the terms' register between the hand-off and the lanes
 _CHAIN_GROUP = 4        # column pairs of a lane's block-sum chains under one sequencer replica
 _BANK_READ_LATENCY = 3  # the banks' registered read, its word registered, the lane's chosen
 #: Registers an input takes to a cluster with ``input_stage`` (one of several on a large part).
-INPUT_STAGES = 2
+INPUT_STAGES = 3
 
 
 def _log2(n: int) -> int:
@@ -102,8 +102,8 @@ class NBitsCluster(wiring.Component):
     ``last_tile``) hold still while it works. The streams ``w``, ``s``, ``b`` and ``y`` are
     the engine's, cut to the cluster's columns and lanes (``y``: its ``cols`` words of each
     row, ``last`` on its last of the job). ``input_stage``: every input but the streams is
-    registered twice in copies of its own, on the way and beside the cluster (two cycles
-    later, :data:`INPUT_STAGES`; the engine's cycles follow), and the MAC array's result
+    registered three times in copies of its own, on the way and beside the cluster (three
+    cycles later, :data:`INPUT_STAGES`; the engine's cycles follow), and the MAC array's result
     FIFO is LUT RAM (one of several clusters: block RAM sites are spread over the part, a
     cluster's FIFO would be too). ``idle`` (a register,
     one cycle behind) is high once the tile's groups are all fed, computed and their ``y``
@@ -171,28 +171,33 @@ class NBitsCluster(wiring.Component):
         lane)."""
         return _TERM_REG + self._lanes[0].latency
 
-    def _sequencer(self, m: Module, name: str, ok_next, o_valid, fzp) -> SimpleNamespace:
+    def _sequencer(self, m: Module, name: str, adm, o_valid, fzp) -> SimpleNamespace:
         """The hand-off's term sequencer, as registers named after ``name``: ``go`` (a term
-        goes: the admission's verdict ``ok_next`` registered), the head's term counter ``j``
+        goes: the admission ``adm``'s verdict on the term offered next, picked here from its
+        parallel verdicts by this sequencer's own registers, then registered), the head's
+        term counter ``j``
         and ``j_last``, the zero-point phase ``zt`` (float path: a result's J weight terms,
         then with float zero points ``fzp`` its J zero-point terms), ``end`` (the term
         offered is the head's last), the head's ``valid`` and ``move`` (the head result
         leaves, the MAC array's next, valid with ``o_valid``, taken in its place). The
         hand-off runs one, and each lane and each run of block-sum chains a replica (kept
-        registers, the same values) beside it: only ``ok_next`` and ``o_valid`` come from
-        afar, so no control net spans the cluster's columns."""
+        registers, the same values) beside it: only the admission's verdicts and ``o_valid``
+        come from afar, so no control net spans the cluster's columns."""
         J, keep = self._J, {KEEP_ATTR: 1}
         go = Signal(name=f"go_{name}", attrs=keep)
         j = Signal(range(J), name=f"j_{name}", attrs=keep)
         j_last = Signal(init=J == 1, name=f"j_last_{name}", attrs=keep)    # j == J - 1
         valid = Signal(name=f"valid_{name}", attrs=keep)
-        m.d.sync += go.eq(ok_next)
         with m.If(go):
             m.d.sync += j.eq(Mux(j_last, 0, j + 1))
         # the values j_last and zt take (a term going moves to the head's next term); `end`
         # is a register set from them (so that taking a result is one LUT from registers)
         j_last_after = Mux(go, Mux(j_last, J == 1, j == J - 2), j_last)
         m.d.sync += j_last.eq(j_last_after)
+        # the term after j (0 after the last: the zero-point phase starts over) as a register
+        j_next = Signal(range(J), init=1 % J, name=f"j_next_{name}")
+        with m.If(go):
+            m.d.sync += j_next.eq(Mux(j_last_after, 0, j_next + 1))
         if self._float_path:
             zt = Signal(name=f"zt_{name}", attrs=keep)
             end = Signal(init=J == 1, name=f"end_{name}", attrs=keep)
@@ -200,13 +205,18 @@ class NBitsCluster(wiring.Component):
             m.d.sync += [zt.eq(zt_after), end.eq(j_last_after & (zt_after | ~fzp))]
         else:
             zt, end = Const(0, 1), j_last
+        # the admission's candidates: stay (no term goes now) the head's term or, with no
+        # head, the next result's first; advance the next result's first after the head's
+        # last term, else the head's next term (as the hand-off offers them)
+        m.d.sync += go.eq(Mux(go, Mux(end, adm.advance_ok[0], adm.advance_ok[1]),
+                              Mux(valid, adm.stay_ok[0], adm.stay_ok[1])))
         move = ~valid | (go & end)
         with m.If(move):
             m.d.sync += valid.eq(o_valid)
-        return SimpleNamespace(go=go, j=j, j_last=j_last, zt=zt, end=end, valid=valid,
-                               move=move)
+        return SimpleNamespace(go=go, j=j, j_last=j_last, j_next=j_next, zt=zt, end=end,
+                               valid=valid, move=move)
 
-    def _chains(self, m: Module, f: int, wide, lane_seq: SimpleNamespace, ok_next, fzp):
+    def _chains(self, m: Module, f: int, wide, lane_seq: SimpleNamespace, adm, fzp):
         """Lane ``f``'s block sums of the hand-off's head result (``J > 1``): two shift
         chains of ``J / 2`` registers, its even and its odd MAC columns (lane ``f`` serves
         columns ``f * J ..``, :func:`lane_column`). They load the result as the hand-off
@@ -222,9 +232,11 @@ class NBitsCluster(wiring.Component):
         chains = [[Signal(shape, name=f"chain{f}_{kind}{p}", reset_less=True)
                    for p in range(pairs)] for kind in ("even", "odd")]
         for g0 in range(0, pairs, _CHAIN_GROUP):
+            name = f"l{f}g{g0 // _CHAIN_GROUP}"
             seq = (lane_seq if g0 == 0 else
-                   self._sequencer(m, f"l{f}g{g0 // _CHAIN_GROUP}", ok_next, mac.o.valid, fzp))
-            with m.If(seq.move | (seq.go & (wide | seq.j[0]))):
+                   self._sequencer(m, name, adm, mac.o.valid, fzp))
+            wide_here = wide if g0 == 0 else local_copy(m, wide, f"wide_{name}")
+            with m.If(seq.move | (seq.go & (wide_here | seq.j[0]))):
                 for p in range(g0, min(pairs, g0 + _CHAIN_GROUP)):
                     for parity, chain in enumerate(chains):
                         after = chain[p + 1] if p + 1 < pairs else 0
@@ -295,15 +307,18 @@ class NBitsCluster(wiring.Component):
         issue = Signal()
         m.d.comb += issue.eq(feeding & self.w.valid & advance)
         # 2-bit: each nibble two steps, low bits first (the odd steps take the high bits):
-        # c[0] again in a kept register per 8 nibbles, beside their multiplexers
+        # c[0] and `two` again in kept registers per 8 nibbles, beside their multiplexers
+        # (`two` holds still while the tile's groups run)
         c0_after = Mux(feed_go, 0, Mux(issue & r_last, ~c_last & ~c[0], c[0]))
         nib = Signal(4 * pe * simd)
         for i0 in range(0, pe * simd, 8):
             odd = Signal(name=f"odd_step{i0 // 8}", attrs={KEEP_ATTR: 1})
-            m.d.sync += odd.eq(c0_after)
+            two_here = Signal(name=f"two_step{i0 // 8}", attrs={KEEP_ATTR: 1})
+            m.d.sync += [odd.eq(c0_after), two_here.eq(two)]
             for i in range(i0, min(pe * simd, i0 + 8)):
                 code = self.w.payload[4 * i:4 * i + 4]
-                m.d.comb += nib[4 * i:4 * i + 4].eq(Mux(two, code.word_select(odd, 2), code))
+                m.d.comb += nib[4 * i:4 * i + 4].eq(Mux(two_here, code.word_select(odd, 2),
+                                                        code))
         word_done = r_last & (~two | c[0] | c_last)
         m.d.comb += [self.w.ready.eq(issue & word_done),
                      act_r.addr.eq((r << log_steps) | c[:log_steps]), act_r.en.eq(advance),
@@ -338,8 +353,8 @@ class NBitsCluster(wiring.Component):
         # taken its J terms)
         # (every compare that the hand-off needs is a register, set when its counter moves)
         blk_r = blkp.read_port()
-        m.submodules.admission = adm = LaneAdmission.for_lane(self._lanes[0])
-        head = self._sequencer(m, "head", adm.ok_next, mac.o.valid, fzp)
+        m.submodules.admission = adm = LaneAdmission.for_lane(self._lanes[0], choices=2)
+        head = self._sequencer(m, "head", adm, mac.o.valid, fzp)
         go, j, j_last, zt = head.go, head.j, head.j_last, head.zt
         head_valid, head_end, h_move = head.valid, head.end, head.move
         # (J = 1: the head's block sums; J > 1: each lane holds its own, in shift chains)
@@ -357,12 +372,20 @@ class NBitsCluster(wiring.Component):
         accept = mac.o.valid & h_move
         # the next result's accumulator row (its row of A) and whether its terms open or close
         # the accumulators: in fmode its digit rows share one, opened by digit 0, closed by 3
+        # (registers, set as the counters move: they head the admission's candidates)
         if float_path:
-            o_arow = Mux(fmode, orow >> 2, orow)
-            o_first = ob_zero & (~fmode | (orow[:2] == 0))
-            o_last = ob_last & (~fmode | (orow[:2] == 3))
+            o_arow = Signal.like(orow, name="o_arow")
+            o_first, o_last = Signal(init=1, name="o_first"), Signal(name="o_last")
+
+            def next_result(row, ob_zero_after, ob_last_after):
+                m.d.sync += [o_arow.eq(Mux(fmode, row >> 2, row)),
+                             o_first.eq(ob_zero_after & (~fmode | (row[:2] == 0))),
+                             o_last.eq(ob_last_after & (~fmode | (row[:2] == 3)))]
         else:
             o_arow, o_first, o_last = orow, ob_zero, ob_last
+
+            def next_result(row, ob_zero_after, ob_last_after):
+                pass
         o_need_s = orow_zero                       # its terms take s beats; and bias beats
         o_need_b = bias_r & ob_zero & o_need_s
         m.d.comb += [mac.o.ready.eq(h_move), blk_r.addr.eq((orow << log_kb) | ob[:log_kb])]
@@ -392,18 +415,22 @@ class NBitsCluster(wiring.Component):
             m.d.sync += out_groups.eq(out_groups + 1)
         with m.If(accept):
             with m.If(orow_last):
+                ob_last_after = Mux(ob_last, kb_r == 1, ob_left == 1)
                 m.d.sync += [orow.eq(0), orow_last.eq(rows_r == 1), orow_zero.eq(1),
                              ob.eq(Mux(ob_last, 0, ob + 1)), ob_zero.eq(ob_last),
                              ob_left.eq(Mux(ob_last, kb_r - 1, ob_left - 1)),
-                             ob_last.eq(Mux(ob_last, kb_r == 1, ob_left == 1))]
+                             ob_last.eq(ob_last_after)]
+                next_result(Const(0, len(orow)), ob_last, ob_last_after)
             with m.Else():
                 m.d.sync += [orow.eq(orow + 1), orow_last.eq(orow == rows_r - 2),
                              orow_zero.eq(0)]
+                next_result(orow + 1, ob_zero, ob_last)
         with m.If(load_go):
             m.d.sync += [ob.eq(0), orow.eq(0), out_groups.eq(0), read_left.eq(groups_r - 1),
                          ob_left.eq(kb_r - 1),
                          sent_groups.eq(0), ob_zero.eq(1), orow_zero.eq(1),
                          ob_last.eq(kb_r == 1), orow_last.eq(rows_r == 1)]
+            next_result(Const(0, len(orow)), Const(1, 1), kb_r == 1)
 
         # -- the lanes: each MAC result as J terms per lane, in lock step -----------------------
         # A term goes when it can (its scale and bias beats are there) and the admission
@@ -432,9 +459,10 @@ class NBitsCluster(wiring.Component):
         terms = data.ArrayLayout(self._lanes[0].i.payload.shape(), F)
         term_in = Signal(terms)
         # the terms registered beside the hand-off: the lanes' inputs come from registers
-        # (their J-way multiplexers and the lanes are far apart on the chip)
-        term_r = Signal(terms, reset_less=True)
-        m.d.sync += term_r.eq(term_in)
+        # (their J-way multiplexers and the lanes are far apart on the chip); each lane's
+        # kept apart (the lanes share fields such as the activation scale, which Yosys would
+        # otherwise merge into one register and one first multiplier stage for both lanes)
+        term_r = [local_copy(m, term_in[f], f"term_r{f}") for f in range(F)]
         # the term offered next: if none goes now, this one (or, with no head, the next
         # result's first); if this one goes, the head's next term or the next result's first
         # (its row from the hand-off's own counter, not from the MAC array's block RAM FIFO)
@@ -453,13 +481,17 @@ class NBitsCluster(wiring.Component):
         this_term = (beats(need_s, need_bt, s_stay, b_stay), term_addr(head_row, j),
                      *flags(zt))
         zt_next = zt | j_last                      # (the next term of the same head)
-        j_next = Mux(j_last, 0, j + 1) if float_path else j + 1
+        j_next = head.j_next
         next_term = (beats(need_s, need_b & ~zt_next, s_adv, b_adv),
                      term_addr(head_row, j_next), *flags(zt_next))
-        for cand, sel, a, b in ((adm.stay, head_valid, this_term, first_of_next[0]),
-                                (adm.advance, head_end, first_of_next[1], next_term)):
-            m.d.comb += [field.eq(Mux(sel, x, y)) for field, x, y in zip(
-                (cand.valid, cand.addr, cand.first, cand.last), a, b, strict=True)]
+        # (each candidate checked in parallel, the verdict picked in each sequencer)
+        for cands, pick, sel, a, b in (
+                (adm.stay, adm.stay_pick, head_valid, this_term, first_of_next[0]),
+                (adm.advance, adm.advance_pick, head_end, first_of_next[1], next_term)):
+            for cand, values in zip(cands, (a, b), strict=True):
+                m.d.comb += [field.eq(x) for field, x in zip(
+                    (cand.valid, cand.addr, cand.first, cand.last), values, strict=True)]
+            m.d.comb += pick.eq(~sel)
         t_last = flags(zt)[1]
         m.d.comb += [adm.take.eq(go), adm.beat.addr.eq(term_addr(head_row, j)),
                      adm.beat.last.eq(t_last)]
@@ -469,7 +501,7 @@ class NBitsCluster(wiring.Component):
             # the hand-off's sequencer and head fields again beside this lane (kept
             # registers, the same values): the lanes lie apart, each with its replay memory
             # and operand fields to drive
-            seq = self._sequencer(m, f"lane{f}", adm.ok_next, mac.o.valid, fzp)
+            seq = self._sequencer(m, f"lane{f}", adm, mac.o.valid, fzp)
             go_f, j_f, zt_f = seq.go, seq.j, seq.zt
             here = {key: Signal(name=f"{key}_lane{f}", attrs={KEEP_ATTR: 1})
                     for key in ("need_s", "need_b", "first", "last")}
@@ -500,12 +532,14 @@ class NBitsCluster(wiring.Component):
             m.d.comb += rw.data.eq(cur)
             # the term's block sums: MAC column lane_column(...), or at 5..8 bits the two
             # MAC columns of its output column (wide_columns)
+            # (`wide` holds still while the tile works: a kept copy beside each lane)
+            wide_f = local_copy(m, wide, f"wide_lane{f}")
             if J == 1:
-                isum, isum_hi = _pick_isum(pe, F, f, head_isum, wide)
+                isum, isum_hi = _pick_isum(pe, F, f, head_isum, wide_f)
             else:
-                even, odd = self._chains(m, f, wide, seq, adm.ok_next, fzp)
-                isum = Mux(j_f[0] & ~wide, odd, even)
-                isum_hi = Mux(wide, odd, 0)
+                even, odd = self._chains(m, f, wide_f, seq, adm, fzp)
+                isum = Mux(j_f[0] & ~wide_f, odd, even)
+                isum_hi = Mux(wide_f, odd, 0)
             if float_path:                     # a zero-point term: d = asum (zp 0)
                 isum, isum_hi = Mux(zt_f, head_blk.asum, isum), Mux(zt_f, 0, isum_hi)
             li = term_in[f]
@@ -561,8 +595,9 @@ class NBitsCluster(wiring.Component):
         for f in range(F):
             m.d.comb += banks[f][1].addr.eq((rb << _log2(depth)) | (rr_row * J + rr_j))
         # output columns in order: lane by lane, each its run of terms (lane_column)
-        j_end = Mux(wide, J // 2 - 1, J - 1) if J > 1 else 0
-        col_last = (rr_j == j_end) & (rr_f == Mux(wide, F // 2 - 1, F - 1) if J == 1 else
+        wide_rd = local_copy(m, wide, "wide_readout")       # (a copy beside the read-out)
+        j_end = Mux(wide_rd, J // 2 - 1, J - 1) if J > 1 else 0
+        col_last = (rr_j == j_end) & (rr_f == Mux(wide_rd, F // 2 - 1, F - 1) if J == 1 else
                                       rr_f == F - 1)
         bank_last = col_last & (rr_row == out_rows - 1)
         job_last = bank_last & last_tile & (read_left == 0)

@@ -51,7 +51,7 @@ class AdmittedLane(wiring.Component):
         m.d.sync += held_valid.eq(Mux(self.i.ready, self.i.valid, held_valid))
         with m.If(self.i.ready):
             m.d.sync += held.eq(self.i.payload)
-        incoming, kept = (adm.advance, adm.stay)
+        incoming, kept = (adm.advance[0], adm.stay[0])
         m.d.comb += [incoming.valid.eq(self.i.valid), incoming.addr.eq(self.i.payload.addr),
                      incoming.first.eq(self.i.payload.first),
                      incoming.last.eq(self.i.payload.last),
