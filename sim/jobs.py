@@ -233,8 +233,7 @@ def unpack_output(job: Job, beats: list[int], width: int, lanes: int) -> np.ndar
     codes = _codes(beats, lanes, width)[:job.count]
     name = job.out_dtype
     dt = QTYPES[name].dtype if name in QTYPES else FLOAT_TYPES[name]
+    # (a sub-byte code in the low bits of its byte, the rest zero: as ml_dtypes and
+    # onnx.reference store int4 / int2 / float4e2m1 and the unsigned types)
     raw = codes.astype({1: np.uint8, 2: np.uint16, 4: np.uint32}[dt.itemsize])
-    if name in QTYPES and QTYPES[name].bits < 8 and QTYPES[name].signed:
-        bits = QTYPES[name].bits
-        raw = np.where(raw >> (bits - 1) & 1, raw | (0xFF << bits) & 0xFF, raw).astype(np.uint8)
     return raw.view(dt).reshape(job.shape)

@@ -35,8 +35,11 @@ def needs(simulator: str):
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> None:
+    """The same storage bytes, unused container bits included (float4e2m1's upper nibble)."""
     assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)
     np.testing.assert_array_equal(codes_of(a), codes_of(b))
+    np.testing.assert_array_equal(np.ascontiguousarray(a).view(np.uint8),
+                                  np.ascontiguousarray(b).view(np.uint8))
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +56,8 @@ CALLS = {
     "q-bf16-e4m3fn-per-tensor": ("quantize", dict(shape=(5, 7), dtype="bfloat16",
                                                   output_dtype="float8e4m3fn",
                                                   zero_point=False)),
+    "q-f32-fp4-per-tensor": ("quantize", dict(shape=(4, 9), output_dtype="float4e2m1")),
+    "q-f32-int4-per-axis": ("quantize", dict(shape=(3, 11), axis=0, output_dtype="int4")),
     "q-int32-int16-per-axis": ("quantize", dict(shape=(6, 5), axis=0, dtype="int32",
                                                 scale_dtype="int32", output_dtype="int16")),
     "dq-int4-bf16-blocked": ("dequantize", dict(shape=(16, 6), axis=0, block_size=4,
