@@ -312,9 +312,8 @@ class NBitsCluster(wiring.Component):
         c0_after = Mux(feed_go, 0, Mux(issue & r_last, ~c_last & ~c[0], c[0]))
         nib = Signal(4 * pe * simd)
         for i0 in range(0, pe * simd, 8):
-            odd = Signal(name=f"odd_step{i0 // 8}", attrs={KEEP_ATTR: 1})
-            two_here = Signal(name=f"two_step{i0 // 8}", attrs={KEEP_ATTR: 1})
-            m.d.sync += [odd.eq(c0_after), two_here.eq(two)]
+            odd = local_copy(m, c0_after, f"odd_step{i0 // 8}")
+            two_here = local_copy(m, two, f"two_step{i0 // 8}")
             for i in range(i0, min(pe * simd, i0 + 8)):
                 code = self.w.payload[4 * i:4 * i + 4]
                 m.d.comb += nib[4 * i:4 * i + 4].eq(Mux(two_here, code.word_select(odd, 2),
