@@ -4,6 +4,7 @@ Every quantised type of the ONNX QuantizeLinear/DequantizeLinear specs (opsets 1
 :class:`QType` with its numpy / ml_dtypes dtype, its ONNX ``TensorProto`` number and, for integer
 types, its range.  Sub-byte types are stored one element per byte, as ml_dtypes stores them:
 the low ``bits`` bits hold the two's complement (signed) or plain binary (unsigned) code.
+The one scale-only type, float8e8m0 (:data:`E8M0`), is in :data:`SCALE_TYPES`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import ml_dtypes
 import numpy as np
 
 __all__ = [
+    "E8M0",
+    "E8M0_ONNX",
     "FLOAT_TYPES",
     "QTYPES",
+    "SCALE_TYPES",
     "QType",
     "dtype_name",
     "float_dtype",
@@ -86,6 +90,17 @@ FLOAT_TYPES: dict[str, np.dtype] = {
     "bfloat16": np.dtype(ml_dtypes.bfloat16),
 }
 
+#: float8e8m0 (ml_dtypes ``float8_e8m0fnu``), the OCP Microscaling shared scale: code ``c`` is
+#: ``2**(c - 127)`` (0x00 = 2**-127), 0xFF is NaN; no sign, zero or infinity.  A scale type
+#: only (QuantizeLinear ``y_scale`` and DequantizeLinear ``x_scale`` from opset 24): it is
+#: neither in :data:`QTYPES` nor in :data:`FLOAT_TYPES`.
+E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
+#: Its ONNX ``TensorProto`` number (FLOAT8E8M0).
+E8M0_ONNX = 24
+
+#: Types that only ever hold scales, by name.
+SCALE_TYPES: dict[str, np.dtype] = {"float8e8m0": E8M0}
+
 
 def dtype_name(dtype) -> str:
     """Return the short name of a numpy / ml_dtypes dtype (``"int4"``, ``"bfloat16"``...)."""
@@ -93,7 +108,7 @@ def dtype_name(dtype) -> str:
     q = _BY_DTYPE.get(dt)
     if q is not None:
         return q.name
-    for name, fdt in FLOAT_TYPES.items():
+    for name, fdt in (*FLOAT_TYPES.items(), *SCALE_TYPES.items()):
         if fdt == dt:
             return name
     return str(dt)

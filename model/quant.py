@@ -11,8 +11,17 @@ per-tensor (whatever its rank and ``axis``), 1-D = per-axis, same rank as ``x`` 
 scale's shape (two one-element arrays of different rank are accepted).
 
 Scope: the semantics of the latest opset, which contain the earlier ones (an older model's
-restrictions, such as opset 19's rank-1 scales, are not enforced).  Not supported: float8e8m0
-scales (opset 24) and the float6 types (opset 28).
+restrictions, such as opset 19's rank-1 scales, are not enforced).  Not supported: the float6
+types (opset 28).
+
+float8e8m0 scales (opset 24; :data:`.dtypes.E8M0`, powers of two ``2**(c - 127)``, code 0xFF
+NaN) are accepted wherever the spec allows them: QuantizeLinear's ``y_scale`` (not ``x``) and
+DequantizeLinear's ``x_scale``, for every element type and granularity.  As in the reference,
+the scale is widened exactly: QuantizeLinear divides in float32 (float64 for an int32 ``x``),
+or, with ``precision``, casts the scale to it (to float16 it underflows to 0 below 2**-24 and
+overflows to infinity from 2**16); DequantizeLinear multiplies in float32 (float64 for int32
+with a zero point).  With such a scale DequantizeLinear requires ``output_dtype`` (ValueError
+without it): the reference would return float8e8m0, which the spec's output types exclude.
 
 Documented deviations from onnx.reference
 -----------------------------------------
@@ -27,6 +36,10 @@ Documented deviations from onnx.reference
 - **Blocked scale shape.**  The reference accepts any scale with ``S * block_size >= D``
   along the axis (the extra blocks are never used); qaccel requires ``S == ceil(D /
   block_size)``, as the spec and ONNX Runtime do.
+- **NaN times NaN (DequantizeLinear).**  Where a float8 ``x`` and its scale are both NaN the
+  output is NaN, but which operand's NaN (sign bit) survives is left open by IEEE 754 and
+  differs between NumPy's loops: the reference (NumPy) keeps ``x``'s, except with a 0-d scale;
+  qaccel's kernels give the scale's.  float8e8m0 scales make the case common (code 0xFF).
 - **Zero-point checks.**  The reference does not check the shape of a float8 zero point, nor
   look at a float4e2m1 zero point of DequantizeLinear at all; qaccel requires the scale's
   shape (and, for DequantizeLinear, the dtype of ``x``) for every zero point.
@@ -44,7 +57,7 @@ import ml_dtypes
 import numpy as np
 
 from . import quant_kernels as qk
-from .dtypes import QTYPES, QType, dtype_name, float_dtype, qtype
+from .dtypes import E8M0, QTYPES, QType, dtype_name, float_dtype, qtype
 from .indexing import scale_layout
 from .validate import as_array, check_int
 
@@ -52,10 +65,14 @@ __all__ = ["division_dtype", "dequantize_linear", "quantize_linear"]
 
 #: Output types of QuantizeLinear (opset 25).
 Q_OUTPUT_TYPES = tuple(name for name in QTYPES if name != "int32")
-#: Types of ``x`` and ``y_scale`` of QuantizeLinear (opset 23 decouples them).
+#: Types of ``x`` of QuantizeLinear (opset 23 decouples ``x`` and ``y_scale``).
 Q_INPUT_TYPES = ("float32", "float16", "bfloat16", "int32")
-#: Float formats of DequantizeLinear scales and outputs.
+#: Types of ``y_scale`` of QuantizeLinear (opset 24 adds float8e8m0).
+Q_SCALE_TYPES = (*Q_INPUT_TYPES, "float8e8m0")
+#: Float formats of DequantizeLinear outputs.
 DQ_FLOAT_TYPES = ("float32", "float16", "bfloat16")
+#: Types of DequantizeLinear scales (opset 24 adds float8e8m0).
+DQ_SCALE_TYPES = (*DQ_FLOAT_TYPES, "float8e8m0")
 
 _F16 = np.dtype(np.float16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -69,7 +86,8 @@ def division_dtype(x_dtype, scale_dtype) -> np.dtype:
     """Return the type NumPy divides ``x / scale`` in, as onnx.reference does.
 
     int32 on either side gives float64; equal float types keep their type (float16 / float16
-    is rounded to float16, bfloat16 / bfloat16 to bfloat16); other float mixes give float32.
+    is rounded to float16, bfloat16 / bfloat16 to bfloat16); other float mixes give float32,
+    among them any float ``x`` over a float8e8m0 scale (int32 ``x`` over it: float64).
     """
     x_dtype, scale_dtype = np.dtype(x_dtype), np.dtype(scale_dtype)
     if np.dtype(np.int32) in (x_dtype, scale_dtype):
@@ -144,8 +162,8 @@ def quantize_linear(
     x : ndarray
         float32, float16, bfloat16 or int32.
     y_scale : ndarray
-        float32, float16, bfloat16 or int32; one element (per-tensor), 1-D (per-axis) or the
-        rank of ``x`` (blocked).
+        float32, float16, bfloat16, int32 or float8e8m0; one element (per-tensor), 1-D
+        (per-axis) or the rank of ``x`` (blocked).
     y_zero_point : ndarray, optional
         Output-typed zero point with the scale's shape; its dtype sets the output type.  Not
         used for float8 outputs (as in the reference), added before encoding for float4e2m1.
@@ -189,7 +207,7 @@ def quantize_linear(
     y_scale = as_array("y_scale", y_scale)
     zero_point = as_array("y_zero_point", y_zero_point, allow_none=True)
     float_dtype(x.dtype, param="x", allowed=Q_INPUT_TYPES)
-    float_dtype(y_scale.dtype, param="y_scale", allowed=Q_INPUT_TYPES)
+    float_dtype(y_scale.dtype, param="y_scale", allowed=Q_SCALE_TYPES)
     check_int("axis", axis)
     block_size = check_int("block_size", block_size, lo=0)
     saturate = _check_saturate(saturate)
@@ -238,7 +256,8 @@ def quantize_linear(
     fmax = compute.type(out_q.qmax if saturate and out_q.name in _FLOAT8 else np.inf)
     quotient = qk.output_buffer(layout.size, compute)
     _run(qk.quantize_float_kernel, layout, xk, sk, zk, quotient, xfmt, rnd, fmax)
-    return quotient.astype(out_q.dtype).reshape(x.shape)
+    with np.errstate(over="ignore"):  # an int32 x's float64 quotient may exceed float32's range
+        return quotient.astype(out_q.dtype).reshape(x.shape)
 
 
 def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=None):
@@ -250,7 +269,7 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
         int2..int32 or their unsigned twins, float8e4m3fn, float8e4m3fnuz, float8e5m2,
         float8e5m2fnuz or float4e2m1.
     x_scale : ndarray
-        float32, float16 or bfloat16; one element, 1-D (per-axis) or blocked.
+        float32, float16, bfloat16 or float8e8m0; one element, 1-D (per-axis) or blocked.
     x_zero_point : ndarray, optional
         The type of ``x`` and the shape of the scale.  A float8 zero point must be zero (the
         reference's test: ``zero_point.astype(uint8) == 0``, so any ``|zp| < 1`` passes); a
@@ -258,7 +277,8 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
     axis, block_size : int
         As in :func:`quantize_linear`.
     output_dtype : dtype, optional
-        float32, float16 or bfloat16; default: the scale's type.
+        float32, float16 or bfloat16; default: the scale's type (required with a float8e8m0
+        scale).
 
     Returns
     -------
@@ -278,20 +298,24 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
         Unsupported dtypes, wrong argument types.
     ValueError
         Shapes that do not fit, ``axis`` out of range, a zero point whose type differs from
-        ``x``'s or a non-zero float8 zero point.
+        ``x``'s, a non-zero float8 zero point, no ``output_dtype`` with a float8e8m0 scale.
     """
     x = as_array("x", x)
     x_scale = as_array("x_scale", x_scale)
     zero_point = as_array("x_zero_point", x_zero_point, allow_none=True)
     x_q = qtype(x.dtype, param="x")
-    float_dtype(x_scale.dtype, param="x_scale", allowed=DQ_FLOAT_TYPES)
+    float_dtype(x_scale.dtype, param="x_scale", allowed=DQ_SCALE_TYPES)
     check_int("axis", axis)
     block_size = check_int("block_size", block_size, lo=0)
-    out_dtype = (
-        x_scale.dtype
-        if output_dtype is None
-        else float_dtype(output_dtype, param="output_dtype", allowed=DQ_FLOAT_TYPES)
-    )
+    if output_dtype is not None:
+        out_dtype = float_dtype(output_dtype, param="output_dtype", allowed=DQ_FLOAT_TYPES)
+    elif x_scale.dtype == E8M0:
+        raise ValueError(
+            "output_dtype is required with a float8e8m0 x_scale (float32, float16 or "
+            "bfloat16): the output cannot be float8e8m0; got output_dtype=None"
+        )
+    else:
+        out_dtype = x_scale.dtype
     layout = scale_layout(x.shape, x_scale.shape, axis, block_size, param="x_scale")
     if zero_point is not None:
         _check_zero_point_shape("x_zero_point", zero_point, x_scale)

@@ -21,6 +21,9 @@ _EXPORTS = {
     "dml_quantize_linear": "qaccel.model.dml",
     "matmul_nbits": "qaccel.model.nbits",
     "quantize_weights_nbits": "qaccel.model.nbits",
+    "mx_quantize": "qaccel.model.mx",
+    "mx_dequantize": "qaccel.model.mx",
+    "MX_FORMATS": "qaccel.model.mx",
     "RTL": "qaccel.engine",
 }
 

@@ -114,8 +114,11 @@ def reference_wraps(
 
 
 def dequantize(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=None):
-    """DequantizeLinear, as onnx.reference computes it."""
+    """DequantizeLinear, as onnx.reference computes it (float8e8m0 scales need
+    ``output_dtype``: the reference's float8e8m0 output is outside the spec, as in qaccel)."""
     x = np.asarray(x)
+    if output_dtype is None and x_scale.dtype == ml_dtypes.float8_e8m0fnu:
+        raise ValueError("output_dtype is required with a float8e8m0 x_scale")
     s = expand(x_scale, x.shape, axis, block_size)
     dx = x.astype(np.float32)
     if x_zero_point is not None and is_int(x.dtype):

@@ -30,6 +30,7 @@ FLOAT8 = tuple(
     )
 )
 FLOAT4 = np.dtype(ml_dtypes.float4_e2m1fn)
+E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
 INT_TYPES = tuple(
     np.dtype(t)
     for t in (
@@ -97,12 +98,14 @@ def q_opset(x_dtype, scale_dtype, out_dtype, *, blocked=False, precision=None, a
         opset = 21
     if precision is not None or out == FLOAT4 or np.dtype(x_dtype) != np.dtype(scale_dtype):
         opset = 23
+    if np.dtype(scale_dtype) == E8M0:
+        opset = 24
     if out in INT_TYPES[6:]:
         opset = 25
     return opset
 
 
-def dq_opset(x_dtype, out_dtype=None, *, blocked=False) -> int:
+def dq_opset(x_dtype, out_dtype=None, *, blocked=False, scale_dtype=None) -> int:
     """Lowest DequantizeLinear opset of onnx.reference with these types (19 at least)."""
     x = np.dtype(x_dtype)
     opset = 19
@@ -110,6 +113,8 @@ def dq_opset(x_dtype, out_dtype=None, *, blocked=False) -> int:
         opset = 21
     if out_dtype is not None or x == FLOAT4:
         opset = 23
+    if scale_dtype is not None and np.dtype(scale_dtype) == E8M0:
+        opset = 24
     if x in INT_TYPES[6:]:
         opset = 25
     return opset
