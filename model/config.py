@@ -45,8 +45,10 @@ __all__ = [
 LANES = (1, 2, 4, 8)
 #: Types of QuantizeLinear's ``x`` (and DirectML's ``input``).
 Q_INPUTS = ("float32", "float16", "bfloat16", "int32")
-#: Scale types (QuantizeLinear takes all four, DequantizeLinear the three float types).
-SCALES = ("float32", "float16", "bfloat16", "int32")
+#: Scale types: QuantizeLinear takes all five, DequantizeLinear all but int32.  float8e8m0
+#: (opset 24) is the OCP Microscaling power-of-two scale: the lanes scale by it exactly,
+#: with an exponent subtraction (Quantize) or a one-bit significand (Dequantize).
+SCALES = ("float32", "float16", "bfloat16", "int32", "float8e8m0")
 #: QuantizeLinear output types, integer first.
 Q_OUTPUTS = ("int8", "uint8", "int16", "uint16", "int4", "uint4", "int2", "uint2",
              "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float4e2m1")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from .config import AccelConfig
 
-__all__ = ["PRESETS", "TARGET_PRESETS", "preset", "target_preset"]
+__all__ = ["PRESETS", "TARGET_PRESETS", "UNIT_PRESETS", "preset", "target_preset"]
 
 #: The presets by name (the synthesis target each is sized for). ``ecp5-25k`` is the default
 #: configuration, ``AccelConfig()``.
@@ -38,11 +38,35 @@ PRESETS: dict[str, AccelConfig] = {
 }
 
 
+_INT8 = dict(q_inputs=("float32",), scales=("float32",), q_outputs=("int8",),
+             dq_inputs=("int8",), dq_outputs=("float32",))
+_MX = ("int8", "float8e4m3fn", "float8e5m2", "float4e2m1")
+
+#: Quantize / Dequantize builds (``qaccel synth --unit quantize|dequantize --preset NAME``;
+#: their MatMulNBits fields are the defaults). The default ``AccelConfig()`` carries every
+#: format; these carry the common ones, and their figures are in the README:
+#:
+#: * ``qdq-int8``: float32 -> int8 and back, one lane, float32 scales;
+#: * ``qdq-int8-x8``: the same with eight lanes (eight elements a cycle);
+#: * ``qdq-mx``: the OCP Microscaling element types (MXINT8, MXFP8 E4M3 / E5M2, MXFP4) from
+#:   and to float32 / bfloat16 with float8e8m0 scales only: no divider, no casts.
+UNIT_PRESETS: dict[str, AccelConfig] = {
+    "qdq-int8": AccelConfig(**_INT8),
+    "qdq-int8-x8": AccelConfig(lanes=8, **_INT8),
+    "qdq-mx": AccelConfig(q_inputs=("float32", "bfloat16"), scales=("float8e8m0",),
+                          q_outputs=_MX, dq_inputs=_MX, dq_outputs=("float32", "bfloat16")),
+}
+
+
 def preset(name: str) -> AccelConfig:
-    """Return the preset ``name`` (one of :data:`PRESETS`); ValueError naming the choices."""
-    if name not in PRESETS:
-        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, not {name!r}")
-    return PRESETS[name]
+    """Return the preset ``name`` (one of :data:`PRESETS` or :data:`UNIT_PRESETS`);
+    ValueError naming the choices."""
+    if name in PRESETS:
+        return PRESETS[name]
+    if name in UNIT_PRESETS:
+        return UNIT_PRESETS[name]
+    raise ValueError(f"preset must be one of {', '.join([*PRESETS, *UNIT_PRESETS])}, "
+                     f"not {name!r}")
 
 
 #: The preset to build for each synthesis target (:data:`qaccel.synth.TARGETS`) that one fits:

@@ -89,7 +89,7 @@ def _demo(args) -> int:
 
 
 def _preset_name(text: str) -> str:
-    """``--preset``: a name of :data:`qaccel.model.presets.PRESETS`."""
+    """``--preset``: a name of :data:`qaccel.model.presets.PRESETS` or ``UNIT_PRESETS``."""
     from qaccel.model.presets import preset
 
     try:
@@ -101,12 +101,13 @@ def _preset_name(text: str) -> str:
 
 def _add_config_options(p: argparse.ArgumentParser, default: str = "AccelConfig()") -> None:
     """``--config FILE`` or ``--preset NAME`` (one of them at most)."""
-    from qaccel.model.presets import PRESETS
+    from qaccel.model.presets import PRESETS, UNIT_PRESETS
 
     g = p.add_mutually_exclusive_group()
     g.add_argument("--config", help=f"an AccelConfig JSON file (default: {default})")
     g.add_argument("--preset", type=_preset_name,
-                   help=f"a named engine configuration instead: {', '.join(PRESETS)} "
+                   help=f"a named configuration instead: the engines {', '.join(PRESETS)}; "
+                        f"the Quantize / Dequantize builds {', '.join(UNIT_PRESETS)} "
                         "(qaccel.model.presets)")
 
 
@@ -508,7 +509,8 @@ def main(argv=None) -> int:
     p.add_argument("--shape", type=_shape, default=(64, 256),
                    help="shape of x, e.g. 64,256 (default)")
     p.add_argument("--dtype", help="type of x (default float32; dequantize: int8)")
-    p.add_argument("--scale-dtype", help="type of the scale (default float32; dml: x's)")
+    p.add_argument("--scale-dtype", help="type of the scale: float32, float16, bfloat16, int32 "
+                   "(quantize) or float8e8m0 (default float32; dml: x's)")
     p.add_argument("--output-dtype", help="output type (default int8; dequantize: the scale's)")
     p.add_argument("--axis", type=int, help="per-axis scale along this axis (default: "
                                             "per-tensor; dml: the scale varies along it)")

@@ -656,9 +656,13 @@ def _check_v2_beats(job, beats: np.ndarray) -> None:
 
 
 def _compare(out: np.ndarray, want: np.ndarray, op: str) -> None:
-    from qaccel.sim.jobs import codes_of
+    """Raise RTLMismatchError unless ``out`` has ``want``'s storage bits, element by element
+    (unused container bits, NaN payloads and -0 included)."""
+    def storage(a):
+        a = np.ascontiguousarray(a).reshape(-1)
+        return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
-    a, b = codes_of(out), codes_of(want)
+    a, b = storage(out), storage(want)
     bad = np.flatnonzero(a != b)
     if bad.size:
         k = int(bad[0])
@@ -698,7 +702,7 @@ def example_call(op: str, shape, *, dtype=None, scale_dtype=None, output_dtype=N
     the scale varies along ``axis``, size 1 elsewhere). Quantize scales come from the largest
     magnitude their elements have (``amax / (range / 2)``), zero points are random and small;
     dequantize inputs are random codes. Defaults: float32 data and scales, int8 output
-    (dequantize: int8 input, the scale's float type out).
+    (dequantize: int8 input, the scale's float type out; float32 for a float8e8m0 scale).
     """
     from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, dtype_name
     from qaccel.model.indexing import broadcast_layout, scale_layout
@@ -739,6 +743,8 @@ def example_call(op: str, shape, *, dtype=None, scale_dtype=None, output_dtype=N
             zp = None
         s_dt = _dtype(scale_dtype) if scale_dtype is not None else FLOAT_TYPES["float32"]
         scale = (0.01 + 0.04 * rng.random(s_shape)).astype(s_dt)
+        if output_dtype is None and s_dt not in FLOAT_TYPES.values():
+            output_dtype = "float32"            # a float8e8m0 scale is not an output type
         if output_dtype is not None:
             kwargs["output_dtype"] = _dtype(output_dtype)
         return (x, scale, zp), kwargs
@@ -768,16 +774,19 @@ def example_call(op: str, shape, *, dtype=None, scale_dtype=None, output_dtype=N
 
 
 def _dtype(value) -> np.dtype:
-    """A dtype from a dtype or a qaccel type name (``QTYPES`` / ``FLOAT_TYPES`` keys)."""
-    from qaccel.model.dtypes import FLOAT_TYPES, QTYPES
+    """A dtype from a dtype or a qaccel type name (``QTYPES`` / ``FLOAT_TYPES`` /
+    ``SCALE_TYPES`` keys)."""
+    from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, SCALE_TYPES
 
     if isinstance(value, str):
         if value in QTYPES:
             return QTYPES[value].dtype
         if value in FLOAT_TYPES:
             return FLOAT_TYPES[value]
+        if value in SCALE_TYPES:
+            return SCALE_TYPES[value]
     try:
         return np.dtype(value)
     except TypeError:
         raise TypeError(f"not a type: {value!r} (give a dtype or one of "
-                        f"{', '.join([*QTYPES, *FLOAT_TYPES])})") from None
+                        f"{', '.join([*QTYPES, *FLOAT_TYPES, *SCALE_TYPES])})") from None

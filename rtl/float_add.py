@@ -14,7 +14,7 @@ from qaccel.rtl.wide_float import MAX_EXP_WIDTH, MAX_SIG_WIDTH, wide_float_layou
 __all__ = ["LATENCIES", "FloatAdd", "min_exp_width"]
 
 #: Latencies :class:`FloatAdd` supports (register stages).
-LATENCIES = (0, 1, 2, 3)
+LATENCIES = (0, 1, 2, 3, 4, 5, 6)
 
 
 def min_exp_width(a_width: int, b_width: int) -> int:
@@ -82,7 +82,10 @@ class FloatAdd(wiring.Component):
     operand (a barrel shift and the jam bit) and handle the special values; (2) add or
     subtract (one ``G + 3``-bit adder); (3) normalise: a leading-zero count (a
     multiplexer tree) and a left shift, then truncation and the sticky bit. ``latency`` 1
-    registers the output, 2 also the sum, 3 also the aligned operands.
+    registers the output, 2 also the sum, 3 also the aligned operands, 4 also the swapped
+    operands and the shift amount (before the barrel shift), 5 also the leading-zero count
+    (before the normalising shift), 6 also the magnitude comparison (before the swap): every
+    stage then holds one compare, shift or add.
 
     Parameters
     ----------
@@ -204,36 +207,48 @@ class FloatAdd(wiring.Component):
         # x: the operand of larger magnitude (a finite non-zero one), y: the other one (finite,
         # maybe zero). The sum then has x's sign and a non-negative magnitude |x| +- |y|.
         swap = b_fin & (~a_fin | (b.exp > a.exp) | ((b.exp == a.exp) & (sig_b > sig_a)))
+        # the alignment shift both ways (y = b, y = a), clamped at G + 1, beside the compare
+        d_ab = Signal(signed(ew + 2))
+        d_ba = Signal(signed(ew + 2))
+        m.d.comb += [d_ab.eq(a.exp - b.exp), d_ba.eq(b.exp - a.exp)]
+        sh_ab = Signal(range(G + 2))
+        sh_ba = Signal(range(G + 2))
+        m.d.comb += [sh_ab.eq(Mux(d_ab > G + 1, G + 1, d_ab)),
+                     sh_ba.eq(Mux(d_ba > G + 1, G + 1, d_ba))]
+        k = stage(m, self._latency >= 6, "cmp", swap=swap, sig_a=sig_a, sig_b=sig_b,
+                  a_exp=a.exp, b_exp=b.exp, a_sign=a.sign, sign_b=sign_b, a_fin=a_fin,
+                  b_fin=b_fin, sh_ab=sh_ab, sh_ba=sh_ba, special=special, spec_cls=spec_cls,
+                  spec_sign=spec_sign)
         x_exp = Signal(signed(ew))
         x_sig = Signal(N)
         x_sign = Signal()
-        y_exp = Signal(signed(ew))
         y_sig = Signal(N)
         y_sign = Signal()
-        y_fin = Mux(swap, a_fin, b_fin)
+        y_fin = Mux(k.swap, k.a_fin, k.b_fin)
         m.d.comb += [
-            x_exp.eq(Mux(swap, b.exp, a.exp)), x_sig.eq(Mux(swap, sig_b, sig_a)),
-            x_sign.eq(Mux(swap, sign_b, a.sign)),
-            y_exp.eq(Mux(swap, a.exp, b.exp)), y_sig.eq(Mux(y_fin, Mux(swap, sig_a, sig_b), 0)),
-            y_sign.eq(Mux(swap, a.sign, sign_b)),
+            x_exp.eq(Mux(k.swap, k.b_exp, k.a_exp)), x_sig.eq(Mux(k.swap, k.sig_b, k.sig_a)),
+            x_sign.eq(Mux(k.swap, k.sign_b, k.a_sign)),
+            y_sig.eq(Mux(y_fin, Mux(k.swap, k.sig_a, k.sig_b), 0)),
+            y_sign.eq(Mux(k.swap, k.a_sign, k.sign_b)),
         ]
         # Register bit i weighs 2**(x_exp + i - G - 1): x's leading bit is bit G + 1.
-        diff = Signal(signed(ew + 2))
-        m.d.comb += diff.eq(x_exp - y_exp)
         shift = Signal(range(G + 2))
-        m.d.comb += shift.eq(Mux(~y_fin | (diff > G + 1), G + 1, diff))
+        m.d.comb += shift.eq(Mux(~y_fin, G + 1, Mux(k.swap, k.sh_ba, k.sh_ab)))
+        s0 = stage(m, self._latency >= 4, "swap", x_sig=x_sig, x_sign=x_sign, x_exp=x_exp,
+                   y_sig=y_sig, y_sign=y_sign, shift=shift, special=k.special,
+                   spec_cls=k.spec_cls, spec_sign=k.spec_sign)
         wide = Signal(G + 1 + N)                   # y's leading bit at the top, then shifted
-        m.d.comb += wide.eq(Cat(Const(0, G + 1), y_sig) >> shift)
+        m.d.comb += wide.eq(Cat(Const(0, G + 1), s0.y_sig) >> s0.shift)
         x_reg = Signal(R)
         y_reg = Signal(R)
         m.d.comb += [
-            x_reg.eq(Cat(Const(0, G - N + 2), x_sig, Const(0, 1))),
+            x_reg.eq(Cat(Const(0, G - N + 2), s0.x_sig, Const(0, 1))),
             y_reg.eq(Cat(wide[:N].any(), wide[N:], Const(0, 1))),
         ]
 
         s1 = stage(m, self._latency >= 3, "align", x=x_reg, y=y_reg,
-                    subtract=x_sign ^ y_sign, sign=x_sign, exp=x_exp, special=special,
-                    spec_cls=spec_cls, spec_sign=spec_sign)
+                    subtract=s0.x_sign ^ s0.y_sign, sign=s0.x_sign, exp=s0.x_exp,
+                    special=s0.special, spec_cls=s0.spec_cls, spec_sign=s0.spec_sign)
 
         # -- stage 2: add or subtract (|x| >= |y|: no borrow) ----------------------------------
         total = Signal(R)
@@ -247,17 +262,20 @@ class FloatAdd(wiring.Component):
         count, zero = _leading_zeros(Cat(Const(0, P - R), s2.total))
         lz = Signal(range(P))
         m.d.comb += lz.eq(count)
+        s3 = stage(m, self._latency >= 5, "count", total=s2.total, lz=lz, zero=zero,
+                   sign=s2.sign, exp=s2.exp, special=s2.special, spec_cls=s2.spec_cls,
+                   spec_sign=s2.spec_sign)
         norm = Signal(R)
-        m.d.comb += norm.eq(s2.total << lz)
+        m.d.comb += norm.eq(s3.total << s3.lz)
         res = Signal(self.s.shape())
-        with m.If(s2.special):
-            m.d.comb += [res.cls.eq(s2.spec_cls), res.sign.eq(s2.spec_sign)]
-        with m.Elif(zero):
+        with m.If(s3.special):
+            m.d.comb += [res.cls.eq(s3.spec_cls), res.sign.eq(s3.spec_sign)]
+        with m.Elif(s3.zero):
             m.d.comb += res.cls.eq(FloatClass.ZERO)                 # cancellation: +0
         with m.Else():
             m.d.comb += [
-                res.cls.eq(FloatClass.NORMAL), res.sign.eq(s2.sign),
-                res.exp.eq(s2.exp + 1 - lz),
+                res.cls.eq(FloatClass.NORMAL), res.sign.eq(s3.sign),
+                res.exp.eq(s3.exp + 1 - s3.lz),
                 res.sig.eq(norm[R - W:]),
                 res.sticky.eq(norm[:R - W].any()),
             ]

@@ -10,10 +10,78 @@ from qaccel.model.validate import check_int
 from qaccel.rtl.float_unpack import FloatClass
 from qaccel.rtl.wide_float import MAX_EXP_WIDTH, MAX_SIG_WIDTH, wide_float_layout
 
-__all__ = ["FloatDivide"]
+__all__ = ["FloatDivide", "QuotientPorts", "quotient_class"]
 
 
-class FloatDivide(wiring.Component):
+class QuotientPorts:
+    """What the dividers (:class:`FloatDivide`, ReciprocalDivide, Pow2Divide) share: the
+    checked widths as properties and the members ``a``, ``b`` (operands) and ``q`` (the
+    quotient, ``exp_width + 2`` exponent bits). A mixin before ``wiring.Component``."""
+
+    def _quotient_members(self, *, a_width: int, b_width: int, q_width: int,
+                          exp_width: int) -> dict:
+        """Check and keep the widths; return the members for ``super().__init__``."""
+        self._a_width = check_int("a_width", a_width, 1, MAX_SIG_WIDTH)
+        self._b_width = check_int("b_width", b_width, 1, MAX_SIG_WIDTH)
+        self._q_width = check_int("q_width", q_width, 1, MAX_SIG_WIDTH)
+        self._exp_width = check_int("exp_width", exp_width, 2, MAX_EXP_WIDTH - 2)
+        return {
+            "a": In(wide_float_layout(a_width, exp_width)),
+            "b": In(wide_float_layout(b_width, exp_width)),
+            "q": Out(wide_float_layout(q_width, exp_width + 2)),
+        }
+
+    @property
+    def a_width(self) -> int:
+        """Width of the dividend's significand."""
+        return self._a_width
+
+    @property
+    def b_width(self) -> int:
+        """Width of the divisor's significand."""
+        return self._b_width
+
+    @property
+    def q_width(self) -> int:
+        """Width of the quotient's significand."""
+        return self._q_width
+
+    @property
+    def exp_width(self) -> int:
+        """Width of the operands' exponents (the quotient's is ``exp_width + 2``)."""
+        return self._exp_width
+
+
+def quotient_class(m: Module, a, b) -> tuple[Signal, Signal]:
+    """Return combinational ``(cls, sign)`` signals of ``a / b`` (wide floats) by the IEEE 754 /
+    x86 rules :class:`FloatDivide` states: a NaN operand gives NaN with its sign (``a``'s
+    first), ``0 / 0`` and ``inf / inf`` x86's negative default NaN, ``inf / x`` and ``x / 0``
+    ``INF``, ``0 / x`` and ``x / inf`` ``ZERO``, anything else ``NORMAL``; the sign of a
+    non-NaN result is ``a.sign ^ b.sign``."""
+    def kinds(x):
+        return (x.cls == FloatClass.ZERO, x.cls == FloatClass.INF, x.cls == FloatClass.NAN)
+
+    a_zero, a_inf, a_nan = kinds(a)
+    b_zero, b_inf, b_nan = kinds(b)
+    cls = Signal(FloatClass, name="cls0")
+    sign = Signal(name="sign0")
+    m.d.comb += sign.eq(a.sign ^ b.sign)
+    with m.If(a_nan):
+        m.d.comb += [cls.eq(FloatClass.NAN), sign.eq(a.sign)]
+    with m.Elif(b_nan):
+        m.d.comb += [cls.eq(FloatClass.NAN), sign.eq(b.sign)]
+    with m.Elif((a_zero & b_zero) | (a_inf & b_inf)):
+        m.d.comb += [cls.eq(FloatClass.NAN), sign.eq(1)]           # x86's default NaN
+    with m.Elif(a_inf | b_zero):
+        m.d.comb += cls.eq(FloatClass.INF)
+    with m.Elif(a_zero | b_inf):
+        m.d.comb += cls.eq(FloatClass.ZERO)
+    with m.Else():
+        m.d.comb += cls.eq(FloatClass.NORMAL)
+    return cls, sign
+
+
+class FloatDivide(QuotientPorts, wiring.Component):
     """Divide ``a`` by ``b`` (wide floats, :func:`~qaccel.rtl.wide_float.wide_float_layout`),
     giving a ``q_width``-bit quotient and a sticky bit: a restoring digit-recurrence array.
 
@@ -87,36 +155,10 @@ class FloatDivide(wiring.Component):
 
     def __init__(self, *, a_width: int, b_width: int, q_width: int, exp_width: int,
                  bits_per_stage: int = 1):
-        self._a_width = check_int("a_width", a_width, 1, MAX_SIG_WIDTH)
-        self._b_width = check_int("b_width", b_width, 1, MAX_SIG_WIDTH)
-        self._q_width = check_int("q_width", q_width, 1, MAX_SIG_WIDTH)
-        self._exp_width = check_int("exp_width", exp_width, 2, MAX_EXP_WIDTH - 2)
+        members = self._quotient_members(a_width=a_width, b_width=b_width, q_width=q_width,
+                                         exp_width=exp_width)
         self._bits_per_stage = check_int("bits_per_stage", bits_per_stage, 1, q_width + 1)
-        super().__init__({
-            "a": In(wide_float_layout(a_width, exp_width)),
-            "b": In(wide_float_layout(b_width, exp_width)),
-            "q": Out(wide_float_layout(q_width, exp_width + 2)),
-        })
-
-    @property
-    def a_width(self) -> int:
-        """Width of the dividend's significand."""
-        return self._a_width
-
-    @property
-    def b_width(self) -> int:
-        """Width of the divisor's significand."""
-        return self._b_width
-
-    @property
-    def q_width(self) -> int:
-        """Width of the quotient's significand."""
-        return self._q_width
-
-    @property
-    def exp_width(self) -> int:
-        """Width of the operands' exponents (the quotient's is ``exp_width + 2``)."""
-        return self._exp_width
+        super().__init__(members)
 
     @property
     def bits_per_stage(self) -> int:
@@ -141,26 +183,7 @@ class FloatDivide(wiring.Component):
         a, b = self.a, self.b
 
         # -- the result's class and sign, the exponent difference -------------------------------
-        def kinds(x):
-            return (x.cls == FloatClass.ZERO, x.cls == FloatClass.INF, x.cls == FloatClass.NAN)
-
-        a_zero, a_inf, a_nan = kinds(a)
-        b_zero, b_inf, b_nan = kinds(b)
-        cls = Signal(FloatClass, name="cls0")
-        sign = Signal(name="sign0")
-        m.d.comb += sign.eq(a.sign ^ b.sign)
-        with m.If(a_nan):
-            m.d.comb += [cls.eq(FloatClass.NAN), sign.eq(a.sign)]
-        with m.Elif(b_nan):
-            m.d.comb += [cls.eq(FloatClass.NAN), sign.eq(b.sign)]
-        with m.Elif((a_zero & b_zero) | (a_inf & b_inf)):
-            m.d.comb += [cls.eq(FloatClass.NAN), sign.eq(1)]       # x86's default NaN
-        with m.Elif(a_inf | b_zero):
-            m.d.comb += cls.eq(FloatClass.INF)
-        with m.Elif(a_zero | b_inf):
-            m.d.comb += cls.eq(FloatClass.ZERO)
-        with m.Else():
-            m.d.comb += cls.eq(FloatClass.NORMAL)
+        cls, sign = quotient_class(m, a, b)
         ediff = Signal(signed(self._exp_width + 1), name="ediff0")
         m.d.comb += ediff.eq(a.exp - b.exp)
 

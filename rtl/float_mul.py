@@ -14,7 +14,9 @@ from qaccel.rtl.wide_float import MAX_EXP_WIDTH, MAX_SIG_WIDTH, wide_float_layou
 __all__ = ["LATENCIES", "FloatMul"]
 
 #: Latencies :class:`FloatMul` supports (register stages).
-LATENCIES = (0, 1, 2)
+LATENCIES = (0, 1, 2, 3, 4)
+#: Bits of the wider operand per partial product (a MULT18X18D's width).
+_SLICE = 18
 
 
 class FloatMul(wiring.Component):
@@ -50,7 +52,9 @@ class FloatMul(wiring.Component):
     There is no handshake; a stream wrapper adds one. The stages are: (1) the
     ``a_width x b_width`` multiplier, a plain ``*`` that synthesis maps to DSP blocks, the
     exponent sum and the special cases; (2) normalisation (a one-bit shift) and truncation.
-    ``latency`` 1 registers the output, 2 also the product.
+    ``latency`` 1 registers the output, 2 also the product, 3 also the operands (before the
+    multiplier), 4 also the partial products of 18-bit slices of the wider operand (before
+    their sum).
 
     Parameters
     ----------
@@ -141,8 +145,6 @@ class FloatMul(wiring.Component):
         W = self._out_width
 
         # -- stage 1: multiply, add the exponents, classify ----------------------------------
-        prod = Signal(P)
-        m.d.comb += prod.eq(a.sig * b.sig)
         esum = Signal(signed(self._exp_width + 1))
         m.d.comb += esum.eq(a.exp + b.exp)
 
@@ -166,7 +168,18 @@ class FloatMul(wiring.Component):
         with m.Else():
             m.d.comb += cls.eq(FloatClass.NORMAL)
 
-        s = stage(m, self._latency >= 2, "mul", prod=prod, esum=esum, cls=cls, sign=sign)
+        i = stage(m, self._latency >= 3, "in", a_sig=a.sig, b_sig=b.sig, esum=esum, cls=cls,
+                  sign=sign)
+        # the product in partial products of 18-bit slices of the wider operand (one
+        # MULT18X18D column each), registered with latency 4, then summed
+        x, y = (i.a_sig, i.b_sig) if self._a_width >= self._b_width else (i.b_sig, i.a_sig)
+        parts = [(lo, y * x[lo:lo + _SLICE]) for lo in range(0, len(x), _SLICE)]
+        pp = stage(m, self._latency >= 4, "pp", esum=i.esum, cls=i.cls, sign=i.sign,
+                   **{f"p{lo}": v for lo, v in parts})
+        prod = Signal(P)
+        m.d.comb += prod.eq(sum(getattr(pp, f"p{lo}") << lo for lo, _ in parts))
+        s = stage(m, self._latency >= 2, "mul", prod=prod, esum=pp.esum, cls=pp.cls,
+                  sign=pp.sign)
 
         # -- stage 2: normalise (the product of two normalised significands has its leading
         # one at bit P - 1 or P - 2) and truncate to W bits --------------------------------

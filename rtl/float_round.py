@@ -17,7 +17,7 @@ from qaccel.rtl.wide_float import MAX_EXP_WIDTH, MAX_SIG_WIDTH, wide_float_layou
 __all__ = ["LATENCIES", "FloatRound", "min_exp_width", "min_sig_width"]
 
 #: Latencies :class:`FloatRound` supports (register stages).
-LATENCIES = (0, 1, 2, 3)
+LATENCIES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 
 
 def min_sig_width(formats: Sequence[FloatFormat]) -> int:
@@ -91,7 +91,11 @@ class FloatRound(wiring.Component):
     constants and compute the rounding position, (2) round the significand (a
     ``sig_width + 4``-bit increment), (3) encode, detect overflow and handle the special
     values. ``latency`` 1 registers the outputs, 2 also the significand after rounding, 3 also
-    the rounding position.
+    the rounding position, 4 also the increment decision (before the adder), 5 also the
+    encoding's fields (before the per-format encoding), 6 also the mask of the bits at and
+    below the rounding position (before the round and sticky bits' reductions), 7 also the
+    distance below the format's smallest exponent (before the rounding position), 8 also the
+    subnormal shift and the exponent compares (before the mantissa field's shift).
 
     Parameters
     ----------
@@ -224,36 +228,44 @@ class FloatRound(wiring.Component):
         base1 = select(self.fmt, range(W), [W - f.mbits - 1 for f in fmts], "base1")
         below_emin = Signal(signed(ew + 1))
         m.d.comb += below_emin.eq(emin1 - e_in)
+        e = stage(m, self._latency >= 7, "emin", below_emin=below_emin, dmax=dmax1, base=base1,
+                  sign=x.sign, exp=e_in, sig=x.sig, sticky=x.sticky, cls=x.cls, fmt=self.fmt,
+                  saturate=self.saturate)
         d = Signal(range(p_max + 2))
-        m.d.comb += d.eq(Mux(below_emin < 0, 0, Mux(below_emin > dmax1, dmax1, below_emin)))
+        m.d.comb += d.eq(Mux(e.below_emin < 0, 0,
+                             Mux(e.below_emin > e.dmax, e.dmax, e.below_emin)))
         cut = Signal(range(W + 2))
-        m.d.comb += cut.eq(base1 + d)
+        m.d.comb += cut.eq(e.base + d)
 
         a = stage(m, self._latency >= 3, "s1",
-                   sign=x.sign, exp=e_in, sig=x.sig, sticky=x.sticky, cls=x.cls, cut=cut,
-                   fmt=self.fmt, saturate=self.saturate)
+                   sign=e.sign, exp=e.exp, sig=e.sig, sticky=e.sticky, cls=e.cls, cut=cut,
+                   fmt=e.fmt, saturate=e.saturate)
 
         # -- stage 2: round the significand at `cut` ------------------------------------------
-        s2 = Cat(Const(0, 1), a.sig, Const(0, 2))                  # W + 3 bits
         below = Signal(W + 3)                                      # s2 bits at and below cut
         m.d.comb += below.eq(Cat(*(a.cut >= j for j in range(W + 3))))
-        round_bit = (s2 & below & ~(below >> 1)).any()
-        sticky = (s2 & (below >> 1)).any() | a.sticky
-        lsb = (s2 & Cat(Const(1, 1), below) & ~below).any()
+        t = stage(m, self._latency >= 6, "thermo", below=below, sig=a.sig, sticky=a.sticky,
+                  sign=a.sign, exp=a.exp, cls=a.cls, fmt=a.fmt, saturate=a.saturate)
+        s2 = Cat(Const(0, 1), t.sig, Const(0, 2))                  # W + 3 bits
+        round_bit = (s2 & t.below & ~(t.below >> 1)).any()
+        sticky = (s2 & (t.below >> 1)).any() | t.sticky
+        lsb = (s2 & Cat(Const(1, 1), t.below) & ~t.below).any()
         inc = round_bit & (sticky | lsb)
+        r = stage(m, self._latency >= 4, "inc", kept=s2 | t.below, below=t.below, inc=inc,
+                  sign=t.sign, exp=t.exp, cls=t.cls, fmt=t.fmt, saturate=t.saturate)
         total = Signal(W + 4)
-        m.d.comb += total.eq(((s2 | below) + inc) & ~below)
+        m.d.comb += total.eq((r.kept + r.inc) & ~r.below)
         carry = total[W + 1]                                       # rounded up to 2**(exp+1)
         rsig = Signal(W)
         m.d.comb += rsig.eq(total[1:W + 1] | (carry << (W - 1)))
         rexp = Signal(exp_shape)
-        m.d.comb += rexp.eq(a.exp + carry)
-        finite = (a.cls == FloatClass.NORMAL) | (a.cls == FloatClass.SUBNORMAL)
+        m.d.comb += rexp.eq(r.exp + carry)
+        finite = (r.cls == FloatClass.NORMAL) | (r.cls == FloatClass.SUBNORMAL)
         nonzero = finite & (total[W] | carry)
 
         b = stage(m, self._latency >= 2, "s2",
-                   sign=a.sign, exp=rexp, sig=rsig, nonzero=nonzero, cls=a.cls, fmt=a.fmt,
-                   saturate=a.saturate)
+                   sign=r.sign, exp=rexp, sig=rsig, nonzero=nonzero, cls=r.cls, fmt=r.fmt,
+                   saturate=r.saturate)
 
         # -- stage 3: encode ----------------------------------------------------------------
         emin3 = select(b.fmt, exp_shape, [f.emin for f in fmts], "emin3")
@@ -265,19 +277,26 @@ class FloatRound(wiring.Component):
         normal = b.exp >= emin3
         sub_shift = Signal(range(p_max + 1))                       # exp < emin: emin - exp
         m.d.comb += sub_shift.eq(Mux(normal, 0, emin3 - b.exp))
-        mant = Signal(p_max)                                       # mantissa field of the code
-        m.d.comb += mant.eq(Mux(normal, top & mant_mask, top >> sub_shift))
         biased = Signal(exp_shape)
         m.d.comb += biased.eq(b.exp + bias3)
-        overflow = (b.nonzero & ((b.exp > emax3) | ((b.exp == emax3) & (mant > max_mant)))) \
-            | (b.cls == FloatClass.INF)
+        g = stage(m, self._latency >= 8, "sub", top=top, mant_mask=mant_mask,
+                  sub_shift=sub_shift, normal=normal, biased=biased, above=b.exp > emax3,
+                  at_max=b.exp == emax3, max_mant=max_mant, sign=b.sign, exp=b.exp, sig=b.sig,
+                  nonzero=b.nonzero, cls=b.cls, fmt=b.fmt, saturate=b.saturate)
+        mant = Signal(p_max)                                       # mantissa field of the code
+        m.d.comb += mant.eq(Mux(g.normal, g.top & g.mant_mask, g.top >> g.sub_shift))
+        overflow = (g.nonzero & (g.above | (g.at_max & (mant > g.max_mant)))) \
+            | (g.cls == FloatClass.INF)
 
+        e = stage(m, self._latency >= 5, "enc", mant=mant, biased=g.biased, normal=g.normal,
+                  overflow=overflow, sign=g.sign, exp=g.exp, sig=g.sig, nonzero=g.nonzero,
+                  cls=g.cls, fmt=g.fmt, saturate=g.saturate)
         code = Signal(self.code.shape())
         value = Signal(self.value.shape())
-        with m.Switch(b.fmt):
+        with m.Switch(e.fmt):
             for k, f in enumerate(fmts):
                 with m.Case(k) if k < n - 1 else m.Default():
-                    self._encode(m, f, b, mant, biased, normal, overflow, code, value)
+                    self._encode(m, f, e, e.mant, e.biased, e.normal, e.overflow, code, value)
 
         c = stage(m, self._latency >= 1, "s3", code=code, value=value)
         m.d.comb += [self.code.eq(c.code), self.value.eq(c.value)]

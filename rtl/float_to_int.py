@@ -9,12 +9,13 @@ from amaranth.lib.wiring import In, Out
 
 from qaccel.model.validate import check_int
 from qaccel.rtl.float_unpack import FloatClass
+from qaccel.rtl.pipeline import stage
 from qaccel.rtl.wide_float import MAX_EXP_WIDTH, MAX_SIG_WIDTH, wide_float_layout
 
 __all__ = ["LATENCIES", "MAX_BITS", "FloatToInt"]
 
 #: Latencies :class:`FloatToInt` supports (register stages).
-LATENCIES = (0, 1, 2)
+LATENCIES = (0, 1, 2, 3, 4, 5)
 #: Widest integer output :class:`FloatToInt` accepts.
 MAX_BITS = 32
 
@@ -53,7 +54,9 @@ class FloatToInt(wiring.Component):
     handshake; a stream wrapper adds one. The stages are (1) align and round (a shift of
     ``sig`` by at most ``max_bits + 1`` places, a ``max_bits + 2``-bit increment), (2) add the
     zero point and saturate. ``latency`` 1 registers the outputs, 2 also the rounded
-    magnitude.
+    magnitude, 3 also the aligned significand (before the increment), 4 also the sum with the
+    zero point (before the saturating compare), 5 also the alignment's shift amount (before
+    the shift).
 
     Parameters
     ----------
@@ -139,33 +142,32 @@ class FloatToInt(wiring.Component):
         tiny = x.exp < -1       # |v| < 1/2
         sh = Signal(range(A + 1))
         m.d.comb += sh.eq(Mux(big, A, Mux(tiny, 0, x.exp + 1)))
+        finite = (x.cls == FloatClass.NORMAL) | (x.cls == FloatClass.SUBNORMAL)
+        h = stage(m, self._latency >= 5, "sh", sh=sh, sig=x.sig, tiny=tiny, sticky=x.sticky,
+                  sat=(finite & big) | (x.cls == FloatClass.INF), finite=finite,
+                  nan=x.cls == FloatClass.NAN, neg=x.sign, zero_point=self.zero_point,
+                  bits=self.bits, signed=self.signed)
         y = Signal(W + A)
-        m.d.comb += y.eq(x.sig << sh)
-        whole = y[W:]
-        half = y[W - 1] & ~tiny
-        rest = (y[:W - 1].any() if W > 1 else 0) | x.sticky
+        m.d.comb += y.eq(h.sig << h.sh)
+        s0 = stage(m, self._latency >= 3, "s0", y=y, tiny=h.tiny, sticky=h.sticky, sat=h.sat,
+                   finite=h.finite, nan=h.nan, neg=h.neg, zero_point=h.zero_point,
+                   bits=h.bits, signed=h.signed)
+        whole = s0.y[W:]
+        half = s0.y[W - 1] & ~s0.tiny
+        rest = (s0.y[:W - 1].any() if W > 1 else 0) | s0.sticky
         mag = Signal(A + 1)
         m.d.comb += mag.eq(whole + (half & (rest | whole[0])))
-        finite = (x.cls == FloatClass.NORMAL) | (x.cls == FloatClass.SUBNORMAL)
-        sat = (finite & big) | (x.cls == FloatClass.INF)
         rounded = Signal(A + 1)
-        m.d.comb += rounded.eq(Mux(sat, 1 << A, Mux(finite, mag, 0)))
-        nan = x.cls == FloatClass.NAN
+        m.d.comb += rounded.eq(Mux(s0.sat, 1 << A, Mux(s0.finite, mag, 0)))
 
-        regs = {"neg": x.sign, "rounded": rounded, "nan": nan, "zero_point": self.zero_point,
-                "bits": self.bits, "signed": self.signed}
-        if self._latency >= 2:
-            for key, value in list(regs.items()):
-                reg = Signal(value.shape(), name=f"s1_{key}", reset_less=True)
-                m.d.sync += reg.eq(value)
-                regs[key] = reg
+        r = stage(m, self._latency >= 2, "s1", neg=s0.neg, rounded=rounded, nan=s0.nan,
+                  zero_point=s0.zero_point, bits=s0.bits, signed=s0.signed)
 
         # -- stage 2: add the zero point, saturate ---------------------------------------------
-        r = regs
         total = Signal(signed(A + 2))
-        m.d.comb += total.eq(Mux(r["neg"], -r["rounded"], r["rounded"]) + r["zero_point"])
+        m.d.comb += total.eq(Mux(r.neg, -r.rounded, r.rounded) + r.zero_point)
         b1 = Signal(range(B))                    # bits - 1, clamped to [1, B - 1]
-        m.d.comb += b1.eq(Mux(r["bits"] < 2, 1, Mux(r["bits"] > B, B - 1, r["bits"] - 1)))
+        m.d.comb += b1.eq(Mux(r.bits < 2, 1, Mux(r.bits > B, B - 1, r.bits - 1)))
         top = Signal(B)                          # 2**(bits - 1)
         m.d.comb += top.eq(1 << b1)
         mask = Signal(B)                         # 2**bits - 1
@@ -173,15 +175,17 @@ class FloatToInt(wiring.Component):
         qmax = Signal(signed(B + 1))
         qmin = Signal(signed(B + 1))
         m.d.comb += [
-            qmax.eq(Mux(r["signed"], top - 1, mask)),
-            qmin.eq(Mux(r["signed"], -top, 0)),
+            qmax.eq(Mux(r.signed, top - 1, mask)),
+            qmin.eq(Mux(r.signed, -top, 0)),
         ]
-        low = r["nan"] | (total < qmin)
-        high = ~r["nan"] & (total > qmax)
+        t = stage(m, self._latency >= 4, "s2", total=total, qmin=qmin, qmax=qmax, mask=mask,
+                  nan=r.nan)
+        low = t.nan | (t.total < t.qmin)
+        high = ~t.nan & (t.total > t.qmax)
         result = Signal(signed(A + 2))
-        m.d.comb += result.eq(Mux(low, qmin, Mux(high, qmax, total)))
+        m.d.comb += result.eq(Mux(low, t.qmin, Mux(high, t.qmax, t.total)))
         code = Signal(B)
-        m.d.comb += code.eq(result & mask)
+        m.d.comb += code.eq(result & t.mask)
         clipped = low | high
 
         domain = m.d.sync if self._latency >= 1 else m.d.comb

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Shape, Signal, unsigned
+from amaranth.hdl import Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.floatfmt import FloatFormat, float_format
 from qaccel.model.validate import check_int
+from qaccel.rtl.pipeline import stage
 
 __all__ = ["FloatClass", "FloatUnpack", "unpacked_layout"]
 
@@ -66,8 +67,9 @@ class FloatUnpack(wiring.Component):
     IEEE NaN keeps its payload in ``sig``).
 
     Latency is ``latency`` cycles (0: combinational, no clock; 1: the output is registered,
-    so a code applied in cycle *n* is unpacked on ``o`` in cycle *n + 1*). Throughput is one
-    code per cycle. There is no handshake; a stream wrapper adds one.
+    so a code applied in cycle *n* is unpacked on ``o`` in cycle *n + 1*; 2: the normalising
+    shift amount is registered too, before the shift). Throughput is one code per cycle.
+    There is no handshake; a stream wrapper adds one.
 
     Parameters
     ----------
@@ -77,7 +79,7 @@ class FloatUnpack(wiring.Component):
     normalize : :class:`bool`
         Whether subnormal significands are normalised (see above).
     latency : :class:`int`
-        Register stages, 0 or 1.
+        Register stages, 0, 1 or 2.
 
     Raises
     ------
@@ -85,7 +87,7 @@ class FloatUnpack(wiring.Component):
         If ``fmt`` is not a format, a name or a dtype, ``normalize`` not a bool, or
         ``latency`` not an integer.
     :exc:`ValueError`
-        If ``fmt`` names no known format or ``latency`` is not 0 or 1.
+        If ``fmt`` names no known format or ``latency`` is not 0, 1 or 2.
 
     Members
     -------
@@ -102,7 +104,7 @@ class FloatUnpack(wiring.Component):
         if not isinstance(normalize, bool):
             raise TypeError(f"normalize must be a bool, not {normalize!r}")
         self._normalize = normalize
-        self._latency = check_int("latency", latency, 0, 1)
+        self._latency = check_int("latency", latency, 0, 2)
         super().__init__({
             "i": In(unsigned(self._fmt.bits)),
             "o": Out(unpacked_layout(self._fmt, normalize=normalize)),
@@ -132,28 +134,29 @@ class FloatUnpack(wiring.Component):
         e = self.i[fmt.mbits:fmt.mbits + fmt.ebits]
         mant = self.i[:fmt.mbits]
 
-        res = Signal(self.o.shape())
-        m.d.comb += res.sign.eq(sign)
+        # Shift = leading zeros of the mantissa field plus one; the last matching assignment
+        # (highest set bit) wins. With latency 2 it is registered before the shift.
+        shift = Signal(range(fmt.mbits + 1))
+        if self._normalize:
+            for k in range(fmt.mbits):
+                with m.If(mant[k]):
+                    m.d.comb += shift.eq(fmt.mbits - k)
+        cls = Signal(FloatClass)
+        p = stage(m, self._latency >= 2, "lz", sign=sign, e=e, mant=mant, shift=shift,
+                  cls=cls)
 
-        with m.If(e == 0):
-            if self._normalize:
-                # Shift = leading zeros of the mantissa field plus one; the last matching
-                # assignment (highest set bit) wins.
-                shift = Signal(range(fmt.mbits + 1))
-                for k in range(fmt.mbits):
-                    with m.If(mant[k]):
-                        m.d.comb += shift.eq(fmt.mbits - k)
-                m.d.comb += [
-                    res.sig.eq(mant << shift),
-                    res.exp.eq(fmt.emin - shift),
-                ]
-            else:
-                m.d.comb += [res.sig.eq(mant), res.exp.eq(fmt.emin)]
-        with m.Else():
-            m.d.comb += [
-                res.sig.eq(mant | (1 << fmt.mbits)),
-                res.exp.eq(e - fmt.bias),
-            ]
+        # The fields as plain expressions (no conditional assignments): Yosys then writes a
+        # continuous assignment, which Icarus evaluates at time 0 even when the registers
+        # above never change (an `always @*` process would stay X there).
+        sub = p.e == 0
+        res = Signal(self.o.shape())
+        if self._normalize:
+            sub_sig, sub_exp = p.mant << p.shift, fmt.emin - p.shift
+        else:
+            sub_sig, sub_exp = p.mant, fmt.emin
+        m.d.comb += [res.sign.eq(p.sign), res.cls.eq(p.cls),
+                     res.sig.eq(Mux(sub, sub_sig, p.mant | (1 << fmt.mbits))),
+                     res.exp.eq(Mux(sub, sub_exp, p.e - fmt.bias))]
 
         if fmt.nan == "ieee":
             specials = [((e == e_top) & (mant != 0), FloatClass.NAN),
@@ -164,14 +167,14 @@ class FloatUnpack(wiring.Component):
             specials = [(self.i == fmt.sign_mask, FloatClass.NAN)]
         else:
             specials = []
-        m.d.comb += res.cls.eq(FloatClass.NORMAL)
+        m.d.comb += cls.eq(FloatClass.NORMAL)
         with m.If(e == 0):
-            m.d.comb += res.cls.eq(FloatClass.SUBNORMAL)
+            m.d.comb += cls.eq(FloatClass.SUBNORMAL)
             with m.If(mant == 0):
-                m.d.comb += res.cls.eq(FloatClass.ZERO)
-        for cond, cls in specials:
+                m.d.comb += cls.eq(FloatClass.ZERO)
+        for cond, special in specials:
             with m.If(cond):
-                m.d.comb += res.cls.eq(cls)
+                m.d.comb += cls.eq(special)
 
         domain = m.d.sync if self._latency else m.d.comb
         domain += self.o.eq(res)

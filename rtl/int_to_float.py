@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from qaccel.model.validate import check_int
 from qaccel.rtl.float_unpack import FloatClass
+from qaccel.rtl.pipeline import stage
 from qaccel.rtl.wide_float import MAX_EXP_WIDTH, wide_float_layout
 
 __all__ = ["MAX_WIDTH", "IntToFloat", "min_exp_width"]
@@ -33,8 +34,10 @@ class IntToFloat(wiring.Component):
     other input ``cls = NORMAL``.
 
     Latency is ``latency`` cycles (0: combinational, no clock; 1: the output is registered,
-    so an integer applied in cycle *n* is converted on ``o`` in cycle *n + 1*). Throughput is
-    one integer per cycle. There is no handshake; a stream wrapper adds one.
+    so an integer applied in cycle *n* is converted on ``o`` in cycle *n + 1*; 2: the
+    magnitude is registered too, before the normalisation; 3: the normalisation too, after
+    its shifts of 4 and more). Throughput is one integer per cycle. There is no handshake; a
+    stream wrapper adds one.
 
     Parameters
     ----------
@@ -44,7 +47,7 @@ class IntToFloat(wiring.Component):
         Width of ``exp``: at least :func:`min_exp_width` (6 for 32 bits), at most
         :data:`~qaccel.rtl.wide_float.MAX_EXP_WIDTH` (32).
     latency : :class:`int`
-        Register stages, 0 or 1.
+        Register stages, 0 to 3.
 
     Raises
     ------
@@ -71,7 +74,7 @@ class IntToFloat(wiring.Component):
             raise ValueError(f"exp_width must be in [{lo}, {MAX_EXP_WIDTH}] for width {width}, "
                              f"not {exp_width}")
         self._exp_width = exp_width
-        self._latency = check_int("latency", latency, 0, 1)
+        self._latency = check_int("latency", latency, 0, 3)
         super().__init__({
             "i": In(unsigned(width)),
             "signed": In(1),
@@ -90,7 +93,7 @@ class IntToFloat(wiring.Component):
 
     @property
     def latency(self) -> int:
-        """Cycles from an integer on ``i`` to its value on ``o`` (0 or 1)."""
+        """Cycles from an integer on ``i`` to its value on ``o`` (0 .. 3)."""
         return self._latency
 
     def elaborate(self, platform):
@@ -100,12 +103,19 @@ class IntToFloat(wiring.Component):
         m.d.comb += neg.eq(self.signed & self.i[w - 1])
         mag = Signal(w)
         m.d.comb += mag.eq(Mux(neg, -self.i, self.i))      # -(-2**(w-1)) is 2**(w-1) mod 2**w
+        p = stage(m, self._latency >= 2, "mag", neg=neg, mag=mag)
 
         # Normalise in log2(w) steps: shift by 2**k when the top 2**k bits are all zero. The
         # shifts add up to the leading-zero count of any non-zero magnitude.
-        x, lzc = mag, []
-        for k in reversed(range((w - 1).bit_length())):
+        # With latency 3 the shifts of 4 and more and those below are in separate stages.
+        x, lzc, neg = p.mag, [], p.neg
+        steps = (w - 1).bit_length()
+        for k in reversed(range(steps)):
             s = 1 << k
+            if s == min(2, 1 << (steps - 1)) and self._latency >= 3:
+                h = stage(m, True, "half", x=x, neg=neg,
+                          **{f"z{t}": z for z, t in lzc})
+                x, neg, lzc = h.x, h.neg, [(getattr(h, f"z{t}"), t) for _, t in lzc]
             z = Signal(name=f"lz{s}")
             m.d.comb += z.eq(x[w - s:] == 0)
             nxt = Signal(w, name=f"norm{s}")
@@ -115,16 +125,17 @@ class IntToFloat(wiring.Component):
         count = Signal(range(w))
         m.d.comb += count.eq(sum(Mux(z, s, 0) for z, s in lzc))
 
+        # The fields as plain expressions (no conditional assignments): Yosys then writes a
+        # continuous assignment, which Icarus evaluates at time 0 even when the registers
+        # above never change (an `always @*` process would stay X there).
+        nonzero = x[w - 1]                  # a normalised non-zero magnitude has its top bit
         res = Signal(self.o.shape())
-        with m.If(mag != 0):
-            m.d.comb += [
-                res.sign.eq(neg),
-                res.exp.eq(w - 1 - count),
-                res.sig.eq(x),
-                res.cls.eq(FloatClass.NORMAL),
-            ]
-        with m.Else():
-            m.d.comb += res.cls.eq(FloatClass.ZERO)
+        m.d.comb += [
+            res.sign.eq(neg & nonzero),
+            res.exp.eq(Mux(nonzero, w - 1 - count, 0)),
+            res.sig.eq(x),
+            res.cls.eq(Mux(nonzero, FloatClass.NORMAL, FloatClass.ZERO)),
+        ]
 
         domain = m.d.sync if self._latency else m.d.comb
         domain += self.o.eq(res)

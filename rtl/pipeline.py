@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Module, Signal, Value
+from amaranth.hdl import Module, Signal, Value, unsigned
+from amaranth.lib.memory import Memory
 
-__all__ = ["KEEP_ATTR", "choice_index", "delay", "field_width", "local_copy", "signed_width",
-           "stage"]
+__all__ = ["KEEP_ATTR", "RAM_DELAY_BITS", "choice_index", "delay", "field_width", "line",
+           "local_copy", "signed_width", "stage"]
 
 #: Attribute marking a register that synthesis must keep even where an identical one exists
 #: (:func:`local_copy`; ``qaccel.synth`` sets Yosys's ``keep`` on the flip-flops driving it).
@@ -71,6 +72,31 @@ def stage(m: Module, registered: bool, name: str, **values) -> SimpleNamespace:
             regs[key] = reg
         values = regs
     return SimpleNamespace(**values)
+
+
+#: Delay lines at least this many bits x cycles, and at least 4 cycles long, run through a
+#: LUT RAM (one write and one read per cycle) instead of flip-flops.
+RAM_DELAY_BITS = 128
+
+
+def line(m: Module, value, cycles: int, name: str) -> Value:
+    """``value`` delayed by ``cycles`` (>= 0): flip-flops (:func:`delay`), or a LUT RAM ring
+    for long, wide lines (:data:`RAM_DELAY_BITS`). The ring's pointer runs freely, so the
+    line suits a pipeline that never stalls."""
+    width = len(value)
+    if cycles < 4 or width * cycles < RAM_DELAY_BITS:
+        return delay(m, value, cycles, name)
+    size = max(16, 1 << (cycles - 1).bit_length())
+    mem = Memory(shape=unsigned(width), depth=size, init=[])
+    m.submodules[f"{name}_ring"] = mem
+    ptr = Signal(range(size), name=f"{name}_ptr")
+    m.d.sync += ptr.eq(ptr + 1)
+    wp = mem.write_port()
+    rp = mem.read_port(domain="sync")
+    # written in cycle t, read (registered) in cycle t + cycles - 1, out in t + cycles
+    m.d.comb += [wp.addr.eq(ptr), wp.data.eq(value), wp.en.eq(1),
+                 rp.addr.eq(ptr - (cycles - 1))]
+    return rp.data
 
 
 def local_copy(m: Module, value, name: str) -> Signal:

@@ -13,7 +13,7 @@ from qaccel.rtl.block_fifo import LATENCY as _FIFO_LATENCY
 from qaccel.rtl.block_fifo import BlockFifo
 from qaccel.rtl.fp32_add import Fp32Add
 from qaccel.rtl.fp32_mul import Fp32Mul
-from qaccel.rtl.pipeline import delay
+from qaccel.rtl.pipeline import delay, line
 
 __all__ = ["LUT_RAM_DEPTH", "MAX_DEPTH", "ScaleLane"]
 
@@ -34,10 +34,6 @@ def _add() -> wiring.Component:
     """The float32 adder: ports ``a``, ``b``, ``y`` (bit patterns) and a ``latency``."""
     return Fp32Add()
 
-
-#: Delay lines at least this many bits x cycles, and at least 4 cycles long, run through a
-#: LUT RAM (one write and one read per cycle) instead of flip-flops.
-_RAM_DELAY_BITS = 128
 
 
 def _d_width(isum_width: int, asum_width: int) -> int:
@@ -254,25 +250,6 @@ class ScaleLane(wiring.Component):
 
     # -- helpers ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _line(m: Module, value, cycles: int, name: str):
-        """``value`` delayed by ``cycles`` (>= 0): flip-flops, or a LUT RAM ring for long,
-        wide lines (the pipeline never stalls, so a free-running pointer suffices)."""
-        width = len(value)
-        if cycles < 4 or width * cycles < _RAM_DELAY_BITS:
-            return delay(m, value, cycles, name)
-        size = max(16, 1 << (cycles - 1).bit_length())
-        mem = Memory(shape=unsigned(width), depth=size, init=[])
-        m.submodules[f"{name}_ring"] = mem
-        ptr = Signal(range(size), name=f"{name}_ptr")
-        m.d.sync += ptr.eq(ptr + 1)
-        wp = mem.write_port()
-        rp = mem.read_port(domain="sync")
-        # written in cycle t, read (registered) in cycle t + cycles - 1, out in t + cycles
-        m.d.comb += [wp.addr.eq(ptr), wp.data.eq(value), wp.en.eq(1),
-                     rp.addr.eq(ptr - (cycles - 1))]
-        return rp.data
-
     def elaborate(self, platform):
         m = Module()
         i, o = self.i, self.o
@@ -405,7 +382,7 @@ class ScaleLane(wiring.Component):
             fwd = Mux(delay(m, hit, j, f"hit_a{k}"), wb[j], fwd)
         hit0 = Signal()                            # the write in the same cycle
         m.d.comb += hit0.eq(we & (waddr == addr_l[a_age - 2]))
-        bias = self._line(m, s1.bias, a_age - 2, "bias")                 # age a_age - 1
+        bias = line(m, s1.bias, a_age - 2, "bias")                 # age a_age - 1
         base = Signal(32, reset_less=True)                                # age a_age
         m.d.sync += base.eq(Mux(age(first_l, a_age - 1), bias, Mux(hit0, add.y, fwd)))
         m.d.comb += [add.a.eq(base), add.b.eq(t)]

@@ -175,6 +175,8 @@ def quantize_job(unit: Elementwise, x, y_scale, y_zero_point=None, *, axis=1, bl
         "out_fmt": c.q_outputs.index(out), "saturate": int(bool(saturate)),
     }
     zp = _zero_point_codes(y_zero_point, y_scale.shape, y_scale.size)
+    if y_zero_point is None and out == "float4e2m1":
+        zp[:] = 0x8           # -0, the additive identity: an exact -0 quotient stays -0
     return _finish(unit, label or f"Q {dtype_name(x.dtype)}/{dtype_name(y_scale.dtype)} -> {out}"
                    f" {layout.kind}", lane_regs, layout, codes_of(y_scale), zp, x, want,
                    {"op": "quantize", "layout": layout.kind})

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qaccel.model.dtypes import FLOAT_TYPES, QTYPES
+from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, SCALE_TYPES
 from qaccel.rtl.dequantize_lane import dq_scales
 from qaccel.rtl.elementwise import Elementwise
 from qaccel.sim.jobs import Job, dequantize_job, dml_job, quantize_job
@@ -21,7 +21,7 @@ __all__ = ["GRANULARITIES", "dequantize_matrix", "dml_matrix", "quantize_matrix"
            "random_codes", "random_float", "random_scale"]
 
 GRANULARITIES = ("per-tensor", "per-axis", "blocked")
-_DTYPES = {**FLOAT_TYPES, "int32": np.dtype(np.int32)}
+_DTYPES = {**FLOAT_TYPES, **SCALE_TYPES, "int32": np.dtype(np.int32)}
 
 
 def _dtype(name: str) -> np.dtype:
@@ -50,7 +50,8 @@ def random_float(name: str, shape, rng, *, spread: float = 40.0) -> np.ndarray:
 
 
 def random_scale(name: str, shape, rng) -> np.ndarray:
-    """Scales: powers of two (exact quotients, ties), random magnitudes, a negative one."""
+    """Scales: powers of two (exact quotients, ties), random magnitudes, a negative one (a
+    float8e8m0 scale has no sign: NaN)."""
     n = int(np.prod(shape))
     if name == "int32":
         return rng.integers(1, 9, n).astype(np.int32).reshape(shape)

@@ -14,6 +14,7 @@ from qaccel.model import nbits
 from qaccel.model import nbits_kernels as kernels
 
 from . import naive_nbits as naive
+from .quant_helpers import assert_bitexact
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -102,8 +103,7 @@ def test_quantizer_conventions():
     W = np.tile(W, (4, 1))  # K = 16, one block per column
     B, S, Z = nbits.quantize_weights_nbits(W, bits=4, block_size=16, symmetric=True)
     # m = -4: s = -4/-8 = 0.5; all-zero column: s = -0.0; m = 3: s = -0.375 (negative)
-    np.testing.assert_array_equal(S[:, 0], [0.5, -0.0, -0.375])
-    assert np.signbit(S[1, 0])
+    assert_bitexact(S[:, 0], np.float32([0.5, -0.0, -0.375]))
     q = nbits.unpack_nbits(B, 4, 16)[:, 0]
     np.testing.assert_array_equal(q[1], 8)  # 1/s taken as 0: q = zp
     assert q[0, 0] == 12 and q[0, 1] == 0  # 2/0.5 + 8, -4/0.5 + 8
@@ -151,7 +151,7 @@ def test_matmul_vs_naive(config, level):
             A, **ops, K=K, N=19, bits=bits, block_size=block_size, accuracy_level=level
         )
         assert y.dtype == np.float32 and y.shape == (M, 19)
-        np.testing.assert_array_equal(y, y_ref)
+        assert_bitexact(y, y_ref)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["float16", "bfloat16"])
@@ -162,7 +162,7 @@ def test_matmul_low_precision_vs_naive(dtype, level):
         A = np.random.default_rng(1).standard_normal((2, 3, 80)).astype(dtype)
         y = nbits.matmul_nbits(A, **ops, K=80, N=10, bits=4, block_size=32, accuracy_level=level)
         assert y.dtype == dtype and y.shape == (2, 3, 10)
-        np.testing.assert_array_equal(
+        assert_bitexact(
             y, naive.matmul_nbits(A, **ops, K=80, N=10, bits=4, block_size=32, accuracy_level=level)
         )
 
@@ -175,7 +175,7 @@ def test_accuracy_levels_1_to_3_are_level_0():
         for lv in range(5)
     ]
     for y in ys[1:4]:
-        np.testing.assert_array_equal(y, ys[0])
+        assert_bitexact(y, ys[0])
     assert not np.array_equal(ys[4], ys[0])
 
 
@@ -185,7 +185,7 @@ def test_flattened_scales_and_zero_points():
     A = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
     y = nbits.matmul_nbits(A, **ops, K=64, N=8, bits=4, block_size=16)
     flat = dict(ops, scales=ops["scales"].ravel(), zero_points=ops["zero_points"].ravel())
-    np.testing.assert_array_equal(
+    assert_bitexact(
         y, nbits.matmul_nbits(A, **flat, K=64, N=8, bits=4, block_size=16)
     )
 
@@ -210,7 +210,7 @@ def test_order_independent_of_tiling_and_threads():
     for tile in (16, 48, 512):
         out = np.empty((5, N), np.float32)
         kernels.matmul(A, dummy, dummy, *op.kernel_args(), False, tile, out)
-        np.testing.assert_array_equal(out + ops["bias"], ref)
+        assert_bitexact(out + ops["bias"], ref)
     threads = numba.get_num_threads()
     for level in (0, 4):
         try:
@@ -223,7 +223,7 @@ def test_order_independent_of_tiling_and_threads():
         y2 = nbits.matmul_nbits(
             A, **ops, K=K, N=N, bits=bits, block_size=block_size, accuracy_level=level
         )
-        np.testing.assert_array_equal(y1, y2)
+        assert_bitexact(y1, y2)
 
 
 def test_activation_quantizer_vs_naive():
@@ -233,9 +233,9 @@ def test_activation_quantizer_vs_naive():
     qa, sa, absum = kernels.quantize_a(A, 32)
     qa_ref, sa_ref = naive.quantize_a(A, 32)
     np.testing.assert_array_equal(qa, qa_ref)
-    np.testing.assert_array_equal(sa, sa_ref)
+    assert_bitexact(sa, sa_ref)
     sums = np.add.reduceat(qa_ref, np.arange(0, 100, 32), axis=1)
-    np.testing.assert_array_equal(absum, (sa_ref * sums).astype(np.float32))
+    assert_bitexact(absum, (sa_ref * sums).astype(np.float32))
     assert np.abs(qa).max() <= 127
 
 
@@ -251,7 +251,7 @@ def test_numeric_edge_cases_are_not_errors():
         y = nbits.matmul_nbits(A, **ops, K=48, N=6, bits=4, block_size=16, accuracy_level=level)
         assert np.all(y[0, 0] == 0.0) and np.isfinite(y[0]).all()
         assert np.isnan(y[1]).all() and not np.isfinite(y[2]).any()
-        np.testing.assert_array_equal(
+        assert_bitexact(
             y[0],
             naive.matmul_nbits(
                 A[:1], **ops, K=48, N=6, bits=4, block_size=16, accuracy_level=level
@@ -263,7 +263,7 @@ def test_dequantize_vs_naive():
     for bits, block_size, K, zp_kind, g_idx in CONFIGS:
         ops = operands(bits, block_size, K, 7, zp_kind, g_idx=g_idx)
         args = (ops["B"], ops["scales"], ops["zero_points"], ops["g_idx"])
-        np.testing.assert_array_equal(
+        assert_bitexact(
             nbits.dequantize_nbits(*args, K=K, N=7, bits=bits, block_size=block_size),
             naive.dequantize(*args, K, 7, bits, block_size),
         )
@@ -484,7 +484,7 @@ def test_prepared_matches_unprepared(config, level):
             y = w.matmul(A, b, accuracy_level=level)
             ref = nbits.matmul_nbits(A, **ops, bias=b, **kw, accuracy_level=level)
             assert y.dtype == ref.dtype and y.shape == ref.shape == (*shape[:-1], N)
-            np.testing.assert_array_equal(y.view(np.uint8), ref.view(np.uint8))
+            assert_bitexact(y, ref)
 
 
 @pytest.mark.parametrize("level", [0, 4])
@@ -499,7 +499,7 @@ def test_prepared_non_finite_A(level):
     with np.errstate(all="ignore"):
         y = w.matmul(A, accuracy_level=level)
         ref = nbits.matmul_nbits(A, **ops, **kw, accuracy_level=level)
-    np.testing.assert_array_equal(y.view(np.uint8), ref.view(np.uint8))
+    assert_bitexact(y, ref)
 
 
 def test_prepared_is_an_immutable_copy():
@@ -512,7 +512,7 @@ def test_prepared_is_an_immutable_copy():
     assert ops["B"].flags.writeable and ops["scales"].flags.writeable
     ops["B"][:] = 0
     ops["scales"][:] = 1
-    np.testing.assert_array_equal(w.matmul(A), ref)
+    assert_bitexact(w.matmul(A), ref)
     with pytest.raises(AttributeError):
         w.K = 3
     assert "K=64, N=8, bits=4, block_size=32, dtype=float32" in repr(w)

@@ -16,6 +16,7 @@ from qaccel.model import nbits, nbits_hw
 from qaccel.model import nbits_kernels as kernels
 from qaccel.model.nbits_hw import int8_path
 
+from .quant_helpers import assert_bitexact
 from .test_nbits import operands
 
 F32 = np.float32
@@ -48,7 +49,7 @@ def test_float16_activations_round_at_the_end():
         got = nbits_hw.matmul_nbits_v2(A, **ops, **kw)
         want = nbits_hw.matmul_nbits_v2(A.astype(F32), **wide, **kw)
         assert got.dtype == np.float16
-        np.testing.assert_array_equal(got, want.astype(np.float16))
+        assert_bitexact(got, want.astype(np.float16))
 
 
 def test_engine_paths():
@@ -102,7 +103,7 @@ def test_v2_order_is_the_documented_one(bits, zp_kind, K, bs, bias):
                                    accuracy_level=4)
     op = nbits._Op(ops["B"], ops["scales"], ops["zero_points"], None, K=K, N=N, bits=bits,
                    block_size=bs, dtype=np.dtype(F32))
-    np.testing.assert_array_equal(got, loop_int8_v2(A, op, ops["bias"]))
+    assert_bitexact(got, loop_int8_v2(A, op, ops["bias"]))
 
 
 def test_v2_within_bound_of_float64(capsys):
@@ -294,8 +295,7 @@ def test_v2_float_path_is_the_documented_one(case, level):
                                    accuracy_level=level)
     want = loop_float_v2(A, v2_op(ops, K, N, bits, bs, adt), ops["bias"])
     assert got.dtype == adt and got.shape == (8, N)
-    got, want = got.astype(F32), want.astype(F32)            # exact; NaN == NaN for bfloat16
-    np.testing.assert_array_equal(got, want)
+    assert_bitexact(got, want)
     assert np.isnan(got[4:6]).all() and np.isfinite(got[[0, 3, 6, 7]]).all()
 
 
@@ -316,8 +316,7 @@ def test_v2_float_path_max_at_a_zero_weight():
     for rows in (A, A[:1]):
         got = nbits_hw.matmul_nbits_v2(rows, **ops, K=K, N=N, bits=bits, block_size=bs,
                                        accuracy_level=0)
-        np.testing.assert_array_equal(got, loop_float_v2(rows, v2_op(ops, K, N, bits, bs),
-                                                         ops["bias"]))
+        assert_bitexact(got, loop_float_v2(rows, v2_op(ops, K, N, bits, bs), ops["bias"]))
 
 
 @pytest.mark.parametrize("zp_kind", ["packed", "float"])
@@ -333,7 +332,7 @@ def test_v2_float_path_g_idx_uneven_groups(zp_kind):
     assert [g for g, _ in float_layout(op)] == [0, 0, 3, 3, 3, 4]
     got = nbits_hw.matmul_nbits_v2(A, **ops, K=K, N=N, bits=bits, block_size=bs,
                                    accuracy_level=4)
-    np.testing.assert_array_equal(got, loop_float_v2(A, op, ops["bias"]))
+    assert_bitexact(got, loop_float_v2(A, op, ops["bias"]))
 
 
 def test_v2_float_operands():

@@ -22,6 +22,7 @@ import pytest
 from qaccel.model import nbits
 
 from . import naive_nbits as naive
+from .quant_helpers import assert_bitexact
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -201,7 +202,7 @@ def test_quantizer_bit_exact_with_ort(bits, block_size, kind, symmetric):
         q = nbits.unpack_nbits(B, bits, block_size).reshape(N, -1)
         q_ort = nbits.unpack_nbits(B_ort, bits, block_size).reshape(N, -1)
         np.testing.assert_array_equal(q[:, :K], q_ort[:, :K])
-        np.testing.assert_array_equal(S.view(np.uint32), S_ort.view(np.uint32))  # -0.0 too
+        assert_bitexact(S, S_ort)  # -0.0 too
         if symmetric:
             assert Z is None
         else:
@@ -249,10 +250,10 @@ def test_matmul_vs_ort(K, level, bits, zp_kind, block_size, bias):
             continue
         # ORT falls back to float32 here, qaccel keeps the int8 path
         y_ort0, y0 = run_both(0, key, A)
-        np.testing.assert_array_equal(y_ort, y_ort0)  # pin ORT's fallback
+        assert_bitexact(y_ort, y_ort0)  # pin ORT's fallback
         assert_close(y0, y_ort, A, key)
         c = case(*key)
-        np.testing.assert_array_equal(
+        assert_bitexact(
             y,
             naive.matmul_nbits(
                 A, **c, K=K, N=N, bits=bits, block_size=block_size, accuracy_level=4
@@ -304,8 +305,9 @@ def test_dequantised_weights_bit_exact(bits, zp_kind, dtype):
         Wt = nbits.dequantize_nbits(
             c["B"], c["scales"], c["zero_points"], K=K, N=N, bits=bits, block_size=block_size
         )
+        # by value: a -0.0 weight comes out of the sum over A's row (1 * -0.0 + 0 * w) as +0.0
         np.testing.assert_array_equal(y_ort, Wt.T.astype(dtype))
-        np.testing.assert_array_equal(y, y_ort)
+        assert_bitexact(y, y_ort)
 
 
 # --------------------------------------------------------------------------- level-4 edges
@@ -328,7 +330,7 @@ def test_level4_tiny_and_nonfinite_blocks_vs_ort(bits, zp_kind, M):
     plain = A.copy()
     plain[:, 0:32] = 0
     plain[:, 64:96] = 0
-    np.testing.assert_array_equal(y, run_both(4, key, plain)[1])
+    assert_bitexact(y, run_both(4, key, plain)[1])
     A[0, 40] = np.inf
     A[-1, 100] = np.nan
     y_ort, y = run_both(4, key, A)
@@ -363,7 +365,7 @@ def test_g_idx_ort_ignores_packed_zero_points():
     )
     assert_close(y_default, y_ort, A, key)
     assert not np.allclose(y, y_ort, rtol=1e-3, atol=1e-3)
-    np.testing.assert_array_equal(y, naive.matmul_nbits(A, **c, K=256, N=N, bits=4, block_size=32))
+    assert_bitexact(y, naive.matmul_nbits(A, **c, K=256, N=N, bits=4, block_size=32))
 
 
 # --------------------------------------------------------------------------- rejections
@@ -399,4 +401,4 @@ def test_ort_rejects(name, level):
     y_ref = naive.matmul_nbits(
         A, **case(*key), K=K, N=N, bits=bits, block_size=block_size, accuracy_level=level
     )
-    np.testing.assert_array_equal(y, y_ref)
+    assert_bitexact(y, y_ref)

@@ -18,6 +18,7 @@ from qaccel.model import nbits_kernels as kernels
 from qaccel.model import quant_kernels as qk
 
 from . import naive_nbits as naive
+from .quant_helpers import assert_bitexact
 from .test_nbits import operands
 
 PACKED_CONFIGS = [
@@ -54,9 +55,9 @@ def test_packed_vs_naive(config, level):
         A = rng.standard_normal((M, K)).astype(np.float32)
         ref = _ref(A, dict(ops, bias=bias), **kw)
         y = nbits.matmul_nbits(A, **ops, bias=bias, **kw)
-        np.testing.assert_array_equal(y.view(np.uint32), ref.view(np.uint32))
+        assert_bitexact(y, ref)
         y = w.matmul(A, bias, accuracy_level=level)
-        np.testing.assert_array_equal(y.view(np.uint32), ref.view(np.uint32))
+        assert_bitexact(y, ref)
 
 
 @pytest.mark.parametrize("level", [0, 4])
@@ -77,11 +78,11 @@ def test_packed_threads_and_items(level, monkeypatch):
 
     monkeypatch.setattr(qk, "PARALLEL_MIN_ELEMENTS", 1 << 62)
     one = both()
-    np.testing.assert_array_equal(one[0], one[1])
+    assert_bitexact(one[0], one[1])
     monkeypatch.setattr(qk, "PARALLEL_MIN_ELEMENTS", 1)
     for _ in range(3):
         for y, ref in zip(both(), one, strict=True):
-            np.testing.assert_array_equal(y, ref)
+            assert_bitexact(y, ref)
 
 
 def test_prepared_layout():
@@ -103,7 +104,7 @@ def test_prepared_layout():
         else:  # one byte per element
             q = nbits.unpack_nbits(ops["B"], bits, 32).reshape(N, -1)
             np.testing.assert_array_equal(words.view(np.uint8), q)
-        np.testing.assert_array_equal(
+        assert_bitexact(
             S.transpose(0, 2, 1).reshape(-1, S.shape[1])[:N], ops["scales"]
         )
         assert not W.transpose(0, 2, 1).reshape(-1, W.shape[1])[N:].any()  # padding
@@ -118,7 +119,7 @@ def test_non_finite_A_int8_takes_the_generic_kernel():
     A[1, 7] = np.inf
     with np.errstate(all="ignore"):
         y = nbits.matmul_nbits(A, **ops, **kw)
-        np.testing.assert_array_equal(y, _ref(A, ops, **kw))
+        assert_bitexact(y, _ref(A, ops, **kw))
     assert np.isfinite(y[0]).all() and np.isnan(y[1]).all()
 
 

@@ -44,5 +44,17 @@ def test_ecp5_25k_is_the_default_config():
 
 def test_unknown_preset():
     with pytest.raises(ValueError, match="preset must be one of ecp5-25k, ecp5-85k, "
-                                         "ecp5-85k-float, not 'x'"):
+                                         "ecp5-85k-float, qdq-int8, qdq-int8-x8, qdq-mx, "
+                                         "not 'x'"):
         preset("x")
+
+
+def test_unit_presets():
+    """The Quantize / Dequantize presets: what they carry, and the MX one builds no divider
+    and no casts."""
+    from qaccel.rtl.quantize_lane import QuantizeLane
+
+    assert preset("qdq-int8").q_outputs == ("int8",) and preset("qdq-int8-x8").lanes == 8
+    mx = QuantizeLane(preset("qdq-mx"))
+    assert mx._div is None and mx._cast_x is None and preset("qdq-mx").precisions == (
+        "float32",)

@@ -1,5 +1,6 @@
 """What the golden and RTL ONNX backend tests share: ONNX's backend test runner filtered to the
-Q/DQ node cases, the check that all of them were collected, and a Q -> DQ -> Relu model."""
+Q/DQ node cases and comparing outputs by their bytes, the check that all of them were
+collected, and a Q -> DQ -> Relu model."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import numpy as np
 import onnx.backend.test
 import onnx.backend.test.case.node as node_cases
 from onnx import TensorProto, helper
+
+from tests.model.quant_helpers import assert_bitexact
 
 #: The input of :func:`qdq_relu_model` and what the model gives for it.
 QDQ_RELU_X = np.float32([-70.0, -1.25, 0.25, 0.75, 100.0])
@@ -28,12 +31,24 @@ def _qdq_node_tests(data_dir=None, kind=None):
             if case.name.startswith(("test_quantizelinear", "test_dequantizelinear"))]
 
 
+class BitExactBackendTest(onnx.backend.test.BackendTest):
+    """ONNX's BackendTest comparing each output with the expected one by dtype, shape and
+    bytes (unused container bits of int4 / float4e2m1, -0 and NaN payloads included), where
+    the runner's own comparison is ``assert_allclose`` with the case's rtol / atol."""
+
+    @classmethod
+    def assert_similar_outputs(cls, ref_outputs, outputs, rtol, atol, model_dir=None):
+        assert len(outputs) == len(ref_outputs), (len(outputs), len(ref_outputs), model_dir)
+        for k, (out, ref) in enumerate(zip(outputs, ref_outputs, strict=True)):
+            assert_bitexact(out, ref, context=f"{model_dir or 'model'} output {k}: ")
+
+
 def qdq_backend_test(backend, module_name: str) -> onnx.backend.test.BackendTest:
-    """ONNX's BackendTest for ``backend``, holding the Q/DQ node cases (CUDA ones excluded).
-    Put its ``test_cases`` in the test module's globals for pytest to collect them; every
-    case must pass (there is no xfail list)."""
+    """A :class:`BitExactBackendTest` for ``backend``, holding the Q/DQ node cases (CUDA ones
+    excluded). Put its ``test_cases`` in the test module's globals for pytest to collect
+    them; every case must pass (there is no xfail list)."""
     with mock.patch("onnx.backend.test.runner.load_model_tests", _qdq_node_tests):
-        backend_test = onnx.backend.test.BackendTest(backend, module_name)
+        backend_test = BitExactBackendTest(backend, module_name)
     backend_test.include(r"^test_(de)?quantizelinear")
     backend_test.exclude(r"_cuda$")
     return backend_test

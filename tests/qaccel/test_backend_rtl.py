@@ -3,7 +3,6 @@ case must be bit-exact (the runner compares the outputs; ``check=True`` also com
 call with the golden model). MatMulNBits nodes: level 4 on the v2 engine, level 0 refused by
 a configuration without a float path."""
 
-import numpy as np
 import pytest
 from onnx import helper
 
@@ -14,6 +13,7 @@ from qaccel.model.nbits_hw import matmul_nbits_v2
 from qaccel.model.perf import nbits_v2_call
 from qaccel.nbits_sim import nbits_example
 from qaccel.sim.runner import missing_simulator
+from tests.model.quant_helpers import assert_bitexact
 from tests.qaccel.backend_cases import (
     QDQ_RELU_X,
     QDQ_RELU_Y,
@@ -45,7 +45,7 @@ def test_backend_runs_qdq_in_a_model_with_other_ops():
     assert rtl_backend.is_compatible(model)
     rep = rtl_backend.prepare(model)
     (y,) = rep.run([QDQ_RELU_X])
-    np.testing.assert_array_equal(y, QDQ_RELU_Y)
+    assert_bitexact(y, QDQ_RELU_Y)
     assert rep.node_counts == {"QuantizeLinear": 1, "DequantizeLinear": 1}
     run = rtl_backend.RTLBackend.rtl().last_run
     assert run.op == "dequantize" and run.elements == 5 and run.cycles > run.beats == 5
@@ -80,7 +80,7 @@ def test_backend_runs_level4_nodes_on_v2():
     rep = rtl_backend.prepare(_nbits_model(call, 4), config=V2)
     (y,) = rep.run([call["A"]])
     want = matmul_nbits_v2(**call, accuracy_level=4)
-    np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
+    assert_bitexact(y, want)
     ((op, run),) = rep.runs
     assert op == "MatMulNBits" and run.beats == 4 * 8 and run.elements == 4 * 6 * 80
     assert run.cycles == nbits_v2_call(V2, M=4, N=6, K=80, bits=4, block_size=16).cycles

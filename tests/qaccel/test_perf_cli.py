@@ -176,7 +176,7 @@ def test_perf_float_path_without_it_is_refused(argv):
     (["--memory-gbps", "-1.6"], "argument --memory-gbps: expected a number > 0, not '-1.6'"),
     (["--memory-gbps", "nan"], "argument --memory-gbps: expected a number > 0, not 'nan'"),
     (["--preset", "ecp5-12k"], "argument --preset: preset must be one of ecp5-25k, ecp5-85k, "
-                               "ecp5-85k-float, not 'ecp5-12k'"),
+                               "ecp5-85k-float, qdq-int8, qdq-int8-x8, qdq-mx, not 'ecp5-12k'"),
     (["--preset", "ecp5-25k", "--config", "c.json"],
      "argument --config: not allowed with argument --preset"),
 ])
@@ -229,7 +229,7 @@ def test_unknown_preset_lists_the_presets(command, capsys):
     with pytest.raises(SystemExit):
         cli.main([*command, "--preset", "ice40"])
     assert ("argument --preset: preset must be one of ecp5-25k, ecp5-85k, ecp5-85k-float, "
-            "not 'ice40'" in capsys.readouterr().err)
+            "qdq-int8, qdq-int8-x8, qdq-mx, not 'ice40'" in capsys.readouterr().err)
 
 
 @pytest.mark.parametrize(("text", "why"), [

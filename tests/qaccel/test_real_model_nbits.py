@@ -36,6 +36,7 @@ from qaccel import onnx_models
 from qaccel.engine import RTL
 from qaccel.model.perf import nbits_v2_call
 from qaccel.sim.runner import missing_simulator
+from tests.model.quant_helpers import assert_bitexact
 from tests.rtl.test_matmul_nbits_v2 import FLOAT_SHAPES, SHAPES
 
 pytestmark = [pytest.mark.sim,
@@ -247,7 +248,7 @@ def test_prepare_on_a_config(float_model):
     assert rep.rtl.config == V2 and rtl_backend.RTLBackend.engine is before
     y = rep.run([x])[0]
     y2 = rtl_backend.run_model(qmodel, [x], engine=RTL(V2))[0]
-    np.testing.assert_array_equal(y.view(np.uint32), y2.view(np.uint32))
+    assert_bitexact(y, y2)
     assert [op for op, _ in rep.runs] == ["MatMulNBits"] * 2
     with pytest.raises(ValueError, match="no float path .*accuracy_level 0"):
         rtl_backend.run_model(quantise(float_model, 0), [x], engine=RTL(V2))

@@ -21,8 +21,9 @@ from qaccel import cli
 from qaccel.engine import RTL, RTLMismatchError, RunRecord, example_call
 from qaccel.model.config import AccelConfig
 from qaccel.model.perf import elementwise_call
-from qaccel.sim.jobs import codes_of
 from qaccel.sim.runner import missing_simulator
+from tests.model.quant_helpers import assert_bitexact, reference, tid
+from tests.sub_byte_cases import SPECIAL_SCALE, SPECIAL_X, SUB_BYTE, special_case, top_bit_set
 
 
 def needs(simulator: str):
@@ -32,14 +33,6 @@ def needs(simulator: str):
     def mark(test):
         return pytest.mark.sim(pytest.mark.skipif(reason is not None, reason=reason or "")(test))
     return mark
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> None:
-    """The same storage bytes, unused container bits included (float4e2m1's upper nibble)."""
-    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)
-    np.testing.assert_array_equal(codes_of(a), codes_of(b))
-    np.testing.assert_array_equal(np.ascontiguousarray(a).view(np.uint8),
-                                  np.ascontiguousarray(b).view(np.uint8))
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +51,23 @@ CALLS = {
                                                   zero_point=False)),
     "q-f32-fp4-per-tensor": ("quantize", dict(shape=(4, 9), output_dtype="float4e2m1")),
     "q-f32-int4-per-axis": ("quantize", dict(shape=(3, 11), axis=0, output_dtype="int4")),
+    "q-f32-fp4-e8m0-blocked": ("quantize", dict(shape=(3, 64), axis=1, block_size=32,
+                                                scale_dtype="float8e8m0",
+                                                output_dtype="float4e2m1")),
+    "q-bf16-int8-e8m0-per-axis": ("quantize", dict(shape=(5, 6), axis=0, dtype="bfloat16",
+                                                   scale_dtype="float8e8m0")),
     "q-int32-int16-per-axis": ("quantize", dict(shape=(6, 5), axis=0, dtype="int32",
                                                 scale_dtype="int32", output_dtype="int16")),
     "dq-int4-bf16-blocked": ("dequantize", dict(shape=(16, 6), axis=0, block_size=4,
                                                 dtype="int4", scale_dtype="bfloat16")),
     "dq-e5m2-f16-per-axis": ("dequantize", dict(shape=(3, 9), axis=1, dtype="float8e5m2",
                                                 scale_dtype="float16")),
+    "dq-e4m3fn-e8m0-blocked": ("dequantize", dict(shape=(2, 64), axis=1, block_size=32,
+                                                  dtype="float8e4m3fn",
+                                                  scale_dtype="float8e8m0")),
+    "dq-int8-e8m0-bf16-per-tensor": ("dequantize", dict(shape=(9,), dtype="int8",
+                                                        scale_dtype="float8e8m0",
+                                                        output_dtype="bfloat16")),
     "dq-int32-f32-per-tensor": ("dequantize", dict(shape=(17,), dtype="int32")),
     "dml-f16-uint8": ("dml", dict(shape=(2, 3, 8), axis=2, dtype="float16",
                                   output_dtype="uint8")),
@@ -87,12 +91,32 @@ def call(engine, op, args, kwargs):
 def test_rtl_returns_golden_arrays(rtl, case):
     op, kw = CALLS[case]
     args, kwargs = example_call(op, seed=len(case), **kw)
-    same_bits(call(rtl, op, args, kwargs), GOLDEN[op](*args, **kwargs))
+    assert_bitexact(call(rtl, op, args, kwargs), GOLDEN[op](*args, **kwargs))
     run = rtl.last_run
     assert run.op == op and run.jobs == 1
     # the performance model's cycles are the RTL's
     model = elementwise_call(rtl.config, op, [(run.elements, run.load_cycles - 1)])
     assert (model.cycles, model.beats, model.latency) == (run.cycles, run.beats, run.latency)
+
+
+@needs("verilator")
+@pytest.mark.parametrize("fmt", qaccel.MX_FORMATS)
+def test_mx_formats_on_the_rtl(rtl, fmt):
+    """The OCP MX helpers with the RTL as their Q/DQ: the element codes, the shared scales and
+    the decoded values have the golden model's bytes (blocks of 32 along the last axis, a
+    partial last block, a NaN block and an all-zero block)."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((3, 72)) * np.exp2(rng.integers(-20, 20, (3, 1)))).astype(np.float32)
+    x[1, 32:64] = 0.0
+    x[2, 40] = np.nan
+    codes, scales = qaccel.mx_quantize(x, fmt, ops=rtl)
+    want_codes, want_scales = qaccel.mx_quantize(x, fmt)
+    assert_bitexact(codes, want_codes)
+    assert_bitexact(scales, want_scales)
+    assert rtl.last_run.op == "quantize"
+    assert_bitexact(qaccel.mx_dequantize(codes, scales, fmt, ops=rtl),
+                    qaccel.mx_dequantize(want_codes, want_scales, fmt))
+    assert rtl.last_run.op == "dequantize"
 
 
 @needs("verilator")
@@ -104,7 +128,7 @@ def test_rtl_returns_golden_arrays(rtl, case):
 ], ids=["blocked-rows", "per-axis-outer", "per-axis-inner", "size-width"])
 def test_table_split(rtl, shape, axis, block_size, jobs):
     args, kwargs = example_call("quantize", shape, axis=axis, block_size=block_size, seed=3)
-    same_bits(rtl.quantize_linear(*args, **kwargs), qaccel.quantize_linear(*args, **kwargs))
+    assert_bitexact(rtl.quantize_linear(*args, **kwargs), qaccel.quantize_linear(*args, **kwargs))
     run = rtl.last_run
     assert run.jobs == jobs and run.elements == np.prod(shape)
     assert run.load_cycles == args[1].size + jobs     # every scale loaded once, a start each
@@ -114,9 +138,54 @@ def test_table_split(rtl, shape, axis, block_size, jobs):
     assert elementwise_call(rtl.config, "quantize", split).cycles == run.cycles
     dq_args, dq_kwargs = example_call("dequantize", shape, axis=axis, block_size=block_size,
                                       seed=4)
-    same_bits(rtl.dequantize_linear(*dq_args, **dq_kwargs),
+    assert_bitexact(rtl.dequantize_linear(*dq_args, **dq_kwargs),
               qaccel.dequantize_linear(*dq_args, **dq_kwargs))
     assert rtl.last_run.jobs == jobs
+
+
+def _sub_byte_param(out, zero_point):
+    return pytest.param(out, zero_point, id=f"{tid(out)}-{'zp' if zero_point else 'nozp'}")
+
+
+@needs("verilator")
+@pytest.mark.parametrize("out, zero_point", [_sub_byte_param(out, zp) for out in SUB_BYTE
+                                             for zp in (True, False)])
+def test_sub_byte_outputs_are_the_reference_bytes(rtl, out, zero_point):
+    """Sub-byte outputs from the RTL (negatives, -0, NaN, +-inf, saturation): the golden
+    model's bytes and onnx.reference's (except where its int32 arithmetic wraps, a
+    documented deviation), the container's upper bits zero."""
+    args, kwargs, ref, mask = special_case(out, zero_point)
+    got = rtl.quantize_linear(*args, **kwargs)
+    want = qaccel.quantize_linear(*args, **kwargs)
+    assert top_bit_set(want).any() or out in (ml_dtypes.uint4, ml_dtypes.uint2)
+    assert_bitexact(got, want, context="RTL vs golden: ")
+    assert_bitexact(got, ref, mask=mask, context="RTL vs onnx.reference: ")
+
+
+@needs("verilator")
+@pytest.mark.parametrize("out", [np.dtype(np.int8), np.dtype(np.uint8)], ids=tid)
+def test_dml_output_bytes(rtl, out):
+    """DirectML's quantize (int8 / uint8 only: no unused container bits) through the RTL:
+    negatives, -0, saturation, +-inf and NaN give the golden model's bytes."""
+    x = SPECIAL_X.reshape(2, 1, -1)
+    scale = SPECIAL_SCALE.reshape(2, 1, 1)
+    zp = np.array([[[3]], [[-5 if out == np.int8 else 250]]], out)
+    for z in (None, zp):
+        got = rtl.dml_quantize_linear(x, scale, z, output_dtype=out)
+        assert_bitexact(got, qaccel.dml_quantize_linear(x, scale, z, output_dtype=out))
+
+
+@needs("verilator")
+@pytest.mark.parametrize("out", [np.dtype(np.float32), np.dtype(np.float16)], ids=tid)
+def test_dequantize_nan_scale_payload(rtl, out):
+    """A NaN scale with a payload: x * scale keeps it in the golden model and the reference."""
+    scale = (np.uint32([0x7FC00001, 0xFFC00002, 0x7F800001, 0x3F800000]).view(np.float32)
+             if out == np.float32 else np.uint16([0x7E01, 0xFE02, 0x7C01, 0x3C00]).view(out))
+    x = np.int8([1, -1, 3, 0])
+    want = qaccel.dequantize_linear(x, scale, axis=0)
+    assert_bitexact(want, reference("DequantizeLinear", [x, scale], opset=19, y_dtype=out,
+                                    axis=0), context="golden vs onnx.reference: ")
+    assert_bitexact(rtl.dequantize_linear(x, scale, axis=0), want, context="RTL vs golden: ")
 
 
 @needs("verilator")
@@ -149,7 +218,9 @@ def test_cocotb_capture(simulator):
     engine = RTL(simulator=simulator, harness="cocotb", idle=pauses, backpressure=pauses,
                  seed=7, progress=lambda done, total: seen.append((done, total)))
     args, kwargs = example_call("quantize", (3, 10), axis=0, output_dtype="int4", seed=6)
-    same_bits(engine.quantize_linear(*args, **kwargs), qaccel.quantize_linear(*args, **kwargs))
+    want = qaccel.quantize_linear(*args, **kwargs)
+    assert top_bit_set(want).any()          # negative codes: 0x0_, never 0xF_
+    assert_bitexact(engine.quantize_linear(*args, **kwargs), want)
     run = engine.last_run
     assert (run.simulator, run.harness, run.beats) == (simulator, "cocotb", 30)
     assert seen[0] == (0, 30) and seen[-1] == (30, 30)
@@ -248,28 +319,53 @@ def test_empty_tensor_needs_no_simulation():
 
 @pytest.fixture
 def fake_harness(monkeypatch):
-    """Replace the simulator by a harness answering code 1 for every element."""
+    """Replace the simulator by a harness answering ``lane_code`` for every element (the
+    whole lane word, 1 unless a test sets it), with ``last`` on each job's last beat."""
+    answer = {"lane_code": 1}
+
     def run(self, unit, jobs, name):
         width = unit.signature.members["y"].signature.members["payload"].shape["data"] \
             .shape.elem_shape.width
+        code = answer["lane_code"] & ((1 << width) - 1)
         beats = []
         for job in jobs:
             assert job.y == [], "the simulator must not see the expected beats"
-            b = [sum(1 << (k * width) for k in range(self.config.lanes))] * len(job.x)
+            b = [sum(code << (k * width) for k in range(self.config.lanes))] * len(job.x)
             b[-1] |= 1 << (self.config.lanes * width)
             beats.append(b)
         return beats, 10 * len(jobs), len(jobs), 3, False
 
     monkeypatch.setattr(RTL, "_harness", lambda self: "cocotb")
     monkeypatch.setattr(RTL, "_run_cocotb", run)
+    return answer
 
 
 def test_returns_the_decoded_beats_not_the_golden_result(fake_harness):
     x, s = np.float32([[-300, 0, 7]]), np.float32([1, 1, 1])
     y = RTL().quantize_linear(x, s, axis=1, output_dtype=np.int8)
-    np.testing.assert_array_equal(y, np.int8([[1, 1, 1]]))
+    assert_bitexact(y, np.int8([[1, 1, 1]]))
     with pytest.raises(RTLMismatchError, match=r"at 3 of 3 elements; first at index \(0, 0\): "
                                                r"RTL code 0x1 \(np.int8\(1\)\), golden 0x80"):
         RTL(check=True).quantize_linear(x, s, axis=1, output_dtype=np.int8)
     y = RTL().dequantize_linear(np.array([[1, 1]], ml_dtypes.int4), np.float32(1))
-    assert y.dtype == np.float32 and codes_of(y).tolist() == [1, 1]   # not 1.0: the beats
+    assert_bitexact(y, np.uint32([[1, 1]]).view(np.float32))   # not 1.0: the beats
+
+
+@pytest.mark.parametrize("out, scale, lane_code, golden_byte", [
+    (ml_dtypes.int4, 0.5, 0xFFFE, 0x0E),             # -1 / 0.5 = -2
+    (ml_dtypes.float4_e2m1fn, 2.0, 0xFFF9, 0x09),    # -0.5
+    (ml_dtypes.int2, 1.0, 0xFFFF, 0x03),             # -1
+], ids=["int4", "float4e2m1", "int2"])
+def test_check_catches_a_sign_extended_container(fake_harness, out, scale, lane_code,
+                                                 golden_byte):
+    """A unit answering a sub-byte code sign-extended across its lane: with ``check`` the
+    engine raises or returns the golden bytes, never a byte with the upper bits set."""
+    fake_harness["lane_code"] = lane_code
+    x, s = np.float32([-1, -1]), np.float32(scale)
+    want = qaccel.quantize_linear(x, s, output_dtype=out)
+    assert_bitexact(want.view(np.uint8), np.uint8([golden_byte] * 2))
+    try:
+        got = RTL(check=True).quantize_linear(x, s, output_dtype=out)
+    except RTLMismatchError:
+        return
+    assert_bitexact(got, want)

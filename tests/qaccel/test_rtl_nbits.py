@@ -21,6 +21,7 @@ from qaccel.model.nbits_hw import matmul_nbits_v2
 from qaccel.model.perf import nbits_v2_call
 from qaccel.nbits_sim import nbits_example
 from qaccel.sim.runner import missing_simulator
+from tests.model.quant_helpers import assert_bitexact
 from tests.rtl.test_matmul_nbits_v2 import FLOAT_SHAPES, SHAPES
 
 pytestmark = pytest.mark.skipif(missing_simulator("verilator") is not None,
@@ -50,10 +51,6 @@ def _bound(call: dict) -> np.ndarray:
         *call["A"].shape[:-1], call["N"]) + 1e-30
 
 
-def _codes(y: np.ndarray) -> np.ndarray:
-    return y.view(np.uint32 if y.dtype.itemsize == 4 else np.uint16)
-
-
 #: bits, block_size, K, N, M, zero points, bias, A's type: 2/4/8 bits, M 1..7 (one, several
 #: and partial row tiles of 3), K and N off the block and the group, float16 A. (ORT's
 #: level-4 kernel takes its float path for 2-bit weights in blocks of 16, so 2 bits has 32.)
@@ -78,7 +75,7 @@ def test_level4_runs_on_v2(idle, backpressure):
         y = rtl.matmul_nbits(**call, accuracy_level=4)
         want = matmul_nbits_v2(**call, accuracy_level=4)
         assert y.dtype == dtype and y.shape == (M, N)
-        np.testing.assert_array_equal(_codes(y), _codes(want))
+        assert_bitexact(y, want)
         kw = {key: v for key, v in call.items() if key != "A"}
         ort = onnx_models.ort_session(onnx_models.matmul_nbits_model(
             call["A"], **kw, accuracy_level=4)).run(None, {"A": call["A"]})[0]
@@ -107,9 +104,25 @@ def test_level4_cocotb_harness(simulator):
     call = _call(K=40, N=3, M=4, bits=3, block_size=16, seed=4)
     rtl = RTL(V2, simulator, check=True, harness="cocotb", idle=0.3, backpressure=0.3)
     y = rtl.matmul_nbits(**call, accuracy_level=4)
-    np.testing.assert_array_equal(_codes(y), _codes(matmul_nbits_v2(**call, accuracy_level=4)))
+    assert_bitexact(y, matmul_nbits_v2(**call, accuracy_level=4))
     r = rtl.last_run
     assert (r.harness, r.beats, r.latency) == ("cocotb", 4 * 4, None) and r.cycles > 4 * 20
+
+
+@pytest.mark.parametrize("level", [0, 4])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float32", "float16"])
+def test_nan_and_inf_activations_bit_exact(level, dtype):
+    """NaN and +-inf in A (the float path at level 0, the int8 path at level 4): every y
+    code is matmul_nbits_v2's, NaN sign and payload included (``check`` and the testbench
+    take any NaN for any other, so this compares the bytes itself)."""
+    call = _call(K=64, N=5, M=3, bits=4, block_size=32, seed=1, dtype=dtype)
+    call["A"][0, 3] = np.nan
+    call["A"][1, 40] = np.inf
+    call["A"][2, 7:9] = [-np.inf, np.inf]
+    y = RTL(FLOAT).matmul_nbits(**call, accuracy_level=level)
+    want = matmul_nbits_v2(**call, accuracy_level=level)
+    assert np.isnan(want).all()       # each row has a NaN or an inf (level 4: NaNs of both signs)
+    assert_bitexact(y, want)
 
 
 def test_float_path_on_v2():
@@ -125,7 +138,7 @@ def test_float_path_on_v2():
             call["g_idx"] = (np.arange(64, dtype=np.int32) * 7 % 64) // 32
         y = rtl.matmul_nbits(**call, accuracy_level=level)
         want = matmul_nbits_v2(**call, accuracy_level=level)
-        np.testing.assert_array_equal(_codes(y), _codes(want))
+        assert_bitexact(y, want)
         assert np.all(np.abs(y - qaccel.matmul_nbits(**call, accuracy_level=level))
                       <= 1e-6 * _bound(call))
         r = rtl.last_run
@@ -143,8 +156,7 @@ def test_default_engine():
     for bits, M in ((4, 5), (5, 1)):
         call = _call(K=96, N=40, M=M, bits=bits, block_size=32, seed=bits)
         y = rtl.matmul_nbits(**call, accuracy_level=4)
-        np.testing.assert_array_equal(_codes(y), _codes(matmul_nbits_v2(**call,
-                                                                        accuracy_level=4)))
+        assert_bitexact(y, matmul_nbits_v2(**call, accuracy_level=4))
         model = nbits_v2_call(rtl.config, M=M, N=40, K=96, bits=bits, block_size=32)
         assert rtl.last_run.cycles == model.cycles
         assert rtl.last_run.elements == M * 40 * 96

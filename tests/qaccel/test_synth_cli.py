@@ -71,12 +71,12 @@ def _config_file(tmp_path, config):
 
 def test_throughput_elementwise_is_one_call():
     config = QUANTIZE.replace(lanes=4)
-    row = hwreport.throughput(config, "dequantize", 250.0, layer=(64, 100))
-    call = elementwise_call(config, "dequantize", [(6400, 1)])
+    row = hwreport.throughput(config, "dequantize", 250.0, layer=(128, 100))
+    call = elementwise_call(config, "dequantize", [(12800, 1)])
     assert (row.cycles, row.per_cycle, row.bound) == (
         call.cycles, call.elements_per_cycle, "stream")
     assert 3.9 < row.per_cycle < 4 and row.utilisation == row.per_cycle / 4
-    assert row.per_second == row.per_cycle * 250e6
+    assert row.per_second == pytest.approx(row.per_cycle * 250e6, rel=1e-12)
     assert hwreport.throughput(config, "quantize").per_second is None
 
 

@@ -1,6 +1,7 @@
 # amaranth: UnusedElaboratable=no
 """AxisTop: AXI4-Stream port names in the Verilog, the JSON description, and (Amaranth's
-simulator) a Quantize job whose packed output bytes equal ONNX's packing of the golden result."""
+simulator) Quantize jobs whose packed output bytes are ONNX's packing of onnx.reference's
+result (which the golden model's bytes equal)."""
 
 from __future__ import annotations
 
@@ -10,25 +11,24 @@ import ml_dtypes
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
+from onnx import numpy_helper
 
 from qaccel.emit import write_verilog
 from qaccel.model.config import AccelConfig
+from qaccel.model.quant import quantize_linear
 from qaccel.rtl.axis_top import AxisTop
 from qaccel.rtl.quantize import Quantize
-from qaccel.sim.jobs import codes_of, quantize_job
+from qaccel.sim.jobs import quantize_job
+from tests.model.quant_helpers import assert_bitexact, q_opset, reference, tid
 
 SMALL = AccelConfig(lanes=2, q_inputs=("float32",), scales=("float32",),
-                    q_outputs=("int8", "int4", "uint2"), dq_inputs=("int8", "int4"),
+                    q_outputs=("int8", "int4", "uint4", "int2", "uint2", "float4e2m1"),
+                    dq_inputs=("int8", "int4"),
                     dq_outputs=("float32",), table_depth=16, max_dims=2)
 
 AXIS = {"s_axis_table_tdata", "s_axis_table_tvalid", "s_axis_table_tready", "s_axis_x_tdata",
         "s_axis_x_tvalid", "s_axis_x_tready", "m_axis_y_tdata", "m_axis_y_tkeep",
         "m_axis_y_tlast", "m_axis_y_tvalid", "m_axis_y_tready"}
-
-
-def onnx_bytes(codes, bits: int) -> bytes:
-    value = sum(int(c) << (k * bits) for k, c in enumerate(codes))
-    return value.to_bytes(-(-len(codes) * bits // 8), "little")
 
 
 def test_write_verilog_axis_names(tmp_path):
@@ -99,17 +99,28 @@ def test_axis_top_errors():
         write_verilog(SMALL, "/tmp/unused", ops=("matmul",))
 
 
-@pytest.mark.parametrize(("dtype", "bits"), [(ml_dtypes.int4, 4), (ml_dtypes.uint2, 2)])
+#: 13 elements (an odd count: the last byte of a 4-bit stream is half padding) with negative
+#: codes, -0 (exact, and -0.2 rounding to it), NaN and saturation; scale 0.5.
+AXIS_X = np.float32([-0.0, -1.2, 2.6, -3.5, -2.5, -0.2, -100, 100, np.nan, -0.6, 1.4, -7, 5])
+
+
+@pytest.mark.parametrize(("dtype", "bits"), [
+    (np.dtype(np.int8), 8), (np.dtype(ml_dtypes.int4), 4), (np.dtype(ml_dtypes.uint4), 4),
+    (np.dtype(ml_dtypes.int2), 2), (np.dtype(ml_dtypes.uint2), 2),
+    (np.dtype(ml_dtypes.float4_e2m1fn), 4)], ids=tid)
 def test_axis_top_packs_like_onnx(dtype, bits):
-    """A per-axis job of 13 elements on 2 lanes: the packed stream is ONNX's byte layout."""
+    """A per-tensor job on 2 lanes: the packed stream is, byte for byte, ONNX's packing
+    (``numpy_helper.from_array``) of onnx.reference's output. A code with its container's
+    upper bits set would spill into its neighbour or the padding."""
     unit = Quantize(SMALL)
     top = AxisTop(unit, op="quantize")
-    rng = np.random.default_rng(bits)
-    x = (rng.standard_normal((13,)) * 3).astype(np.float32)
-    scale = np.float32(0.5)
-    job = quantize_job(unit, x, scale, output_dtype=dtype)
-    want = onnx_bytes(codes_of(__import__("qaccel").quantize_linear(
-        x, scale, output_dtype=dtype)), bits)
+    x, scale, zp = AXIS_X, np.float32(0.5), np.zeros((), dtype)
+    ref = reference("QuantizeLinear", [x, scale, zp], opset=q_opset(np.float32, np.float32,
+                                                                     dtype), y_dtype=dtype)
+    assert_bitexact(quantize_linear(x, scale, zp), ref)
+    want = numpy_helper.from_array(ref).raw_data
+    assert len(want) == -(-x.size * bits // 8)
+    job = quantize_job(unit, x, scale, zp)
     table_layout = unit.signature.members["table"].signature.members["payload"].shape
     out = bytearray()
 
@@ -151,7 +162,7 @@ def test_axis_top_packs_like_onnx(dtype, bits):
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    assert bytes(out) == want
+    assert bytes(out) == want, (bytes(out).hex(), want.hex())
 
 
 def test_cli_verilog(tmp_path):

@@ -13,9 +13,18 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
+from qaccel.model.dtypes import E8M0 as E8M0_DTYPE
 from qaccel.model.dtypes import QTYPES
 from qaccel.model.floatfmt import FORMATS, FloatFormat
-from qaccel.rtl.decode import INT_TYPES, Decode, decode_type, min_exp_width, min_sig_width
+from qaccel.rtl.decode import (
+    E8M0,
+    INT_TYPES,
+    Decode,
+    PowerOfTwoFormat,
+    decode_type,
+    min_exp_width,
+    min_sig_width,
+)
 from qaccel.rtl.wide_float import wide_float_layout
 from qaccel.sim.runner import missing_simulator
 from qaccel.sim.vectors import ComponentBank, VectorSim, split_fields
@@ -26,18 +35,18 @@ requires_verilator = pytest.mark.skipif(missing_simulator("verilator") is not No
                                         reason=missing_simulator("verilator") or "")
 
 FP8 = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float4e2m1")
-SMALL_FLOATS = ("float16", "bfloat16", *FP8)
+SMALL_FLOATS = ("float16", "bfloat16", *FP8, "float8e8m0")
 SMALL_INTS = tuple(t for t in INT_TYPES if QTYPES[t].bits <= 16)
 ALL = ("float32", *SMALL_FLOATS, *INT_TYPES)
 
 #: The units of the shared build: key -> (types, sig_width, exp_width, latency).
 UNITS = {
     # Every type but float64, the narrowest fields.
-    "all": (ALL, 32, 9, 1),
+    "all": (ALL, 32, 9, 4),
     # The Quantize unit's x / scale inputs, combinational, a wider significand.
-    "q": (("float32", "float16", "bfloat16", "int32"), 40, 10, 0),
+    "q": (("float32", "float16", "bfloat16", "int32", "float8e8m0"), 40, 10, 0),
     # The Dequantize unit's inputs: every integer type up to 16 bits, float8 and float4.
-    "dq": ((*SMALL_INTS, *FP8), 16, 6, 1),
+    "dq": ((*SMALL_INTS, *FP8), 16, 6, 2),
     # float64 is allowed.
     "f64": (("int8", "float64"), 53, 12, 1),
 }
@@ -61,6 +70,8 @@ def bank() -> tuple[VectorSim, dict[str, Decode]]:
 def numpy_values(name: str, codes: np.ndarray) -> np.ndarray:
     """What NumPy / ml_dtypes give for the codes, as float64 (NaNs keep their sign)."""
     t = decode_type(name)
+    if isinstance(t, PowerOfTwoFormat):
+        return codes.astype(np.uint8).view(E8M0_DTYPE).astype(np.float64)
     if isinstance(t, FloatFormat):
         c = codes.astype(t.code_dtype)
         with np.errstate(invalid="ignore"):
@@ -85,6 +96,12 @@ def exact_fields(name: str, codes: np.ndarray, width: int) -> dict:
     t = decode_type(name)
     if isinstance(t, FloatFormat):
         return value_fields(t, codes.astype(np.uint64), width)
+    if isinstance(t, PowerOfTwoFormat):
+        nan = codes == (1 << t.bits) - 1
+        zero = np.zeros(codes.shape, np.uint64)
+        return {"sign": zero, "exp": np.where(nan, 0, codes.astype(np.int64) - t.bias),
+                "sig": np.where(nan, zero, np.uint64(1 << (width - 1))), "sticky": zero,
+                "cls": np.where(nan, NAN, NORM).astype(np.uint64)}
     v = numpy_values(name, codes).astype(np.int64)
     mag = np.abs(v).astype(np.uint64)
     exp = np.zeros(v.shape, np.int64)
@@ -258,6 +275,11 @@ def test_reference_pins():
     assert f["sig"].tolist() == [0x80, 0, 0xC0]
     x = numpy_values("float8e4m3fnuz", np.array([0x80, 0x00], np.uint64))
     assert np.isnan(x[0]) and np.signbit(x[0]) and x[1] == 0
+    x = numpy_values("float8e8m0", np.array([0x00, 0x7F, 0xFE, 0xFF], np.uint64))
+    assert x[:3].tolist() == [2.0**-127, 1.0, 2.0**127] and np.isnan(x[3])
+    f = exact_fields("float8e8m0", np.array([0x00, 0x80, 0xFF], np.uint64), 8)
+    assert f["exp"].tolist() == [-127, 1, 0] and f["sig"].tolist() == [0x80, 0x80, 0]
+    assert f["cls"].tolist() == [NORM, NORM, NAN] and decode_type("float8e8m0") is E8M0
     assert numpy_classes("float16", np.array([2.0 ** -15, 2.0 ** -14])).tolist() == [SUB, NORM]
 
 
@@ -265,7 +287,7 @@ def test_reference_pins():
 # Amaranth simulator: latency
 
 
-@pytest.mark.parametrize("latency", [0, 1])
+@pytest.mark.parametrize("latency", [0, 1, 2, 3, 4])
 def test_decode_latency(latency):
     dut = Decode(("float8e4m3fn", "int4"), sig_width=4, exp_width=5, latency=latency)
     assert dut.latency == latency
@@ -301,7 +323,7 @@ def test_decode_members():
     dut = make_unit("all")
     members = dut.signature.members
     assert members["code"].shape.width == 32
-    assert members["fmt"].shape.width == 5                      # 17 types
+    assert members["fmt"].shape.width == 5                      # 18 types
     assert members["o"].shape == wide_float_layout(32, 9)
     assert dut.index("int32") == ALL.index("int32")
     assert dut.index(np.int8) == ALL.index("int8")
@@ -315,8 +337,9 @@ def test_decode_members():
     assert min_sig_width(ts) == 32 and min_exp_width(ts) == 9
     assert min_exp_width((QTYPES["int16"],)) == 5                     # 0 .. 15
     assert min_exp_width((FORMATS["float8e4m3fn"],)) == 5            # -9 .. 8
+    assert min_exp_width((E8M0,)) == 8 and min_sig_width((E8M0,)) == 1  # -127 .. 127
     with pytest.raises(ValueError, match=r"fmt must be one of float32, float16, bfloat16, "
-                                         r"int32, not 'int8'"):
+                                         r"int32, float8e8m0, not 'int8'"):
         make_unit("q").index("int8")
 
 
@@ -372,7 +395,7 @@ def test_decode_exp_width():
 
 
 def test_decode_latency_value():
-    with pytest.raises(ValueError, match=r"latency must be in \[0, 1\], not 2"):
-        Decode(("float16",), sig_width=11, exp_width=6, latency=2)
+    with pytest.raises(ValueError, match=r"latency must be in \[0, 4\], not 5"):
+        Decode(("float16",), sig_width=11, exp_width=6, latency=5)
     with pytest.raises(TypeError, match=r"latency must be an integer, not None"):
         Decode(("float16",), sig_width=11, exp_width=6, latency=None)

@@ -13,12 +13,13 @@ import pytest
 
 from qaccel.model.config import AccelConfig
 from qaccel.model.dtypes import FLOAT_TYPES, QTYPES
+from qaccel.model.presets import preset
 from qaccel.model.quant import dequantize_linear
 from qaccel.rtl.dequantize_lane import DequantizeLane, dq_scales
 from qaccel.sim.runner import missing_simulator
 from qaccel.sim.vectors import VectorSim
 
-from .lane_groups import Groups, run_groups
+from .lane_groups import Groups, random_e8m0, run_groups
 
 requires_verilator = pytest.mark.skipif(missing_simulator("verilator") is not None,
                                         reason=missing_simulator("verilator") or "")
@@ -44,6 +45,8 @@ def random_x(name: str, n: int, rng) -> np.ndarray:
 
 
 def random_scale(name: str, n: int, rng) -> np.ndarray:
+    if name == "float8e8m0":
+        return random_e8m0(n, rng)
     dt = FLOAT_TYPES[name]
     mag = np.exp2(rng.uniform(-30, 20, n))
     with np.errstate(over="ignore"):    # magnitudes past a 16-bit type's range become inf
@@ -61,13 +64,9 @@ def lane_sim():
     return lane, VectorSim(lane, name="dequantize_lane")
 
 
-@pytest.mark.sim
-@requires_verilator
-def test_dequantize_lane_every_type(lane_sim):
-    """Every x type x scale type x output type, with and without a zero point."""
-    lane, sim = lane_sim
+def every_type_groups(lane: DequantizeLane, rng) -> Groups:
+    """Every x type x scale type x output type of ``lane``, with and without a zero point."""
     c = lane.config
-    rng = np.random.default_rng(7)
     groups = Groups(lane)
     for xt in c.dq_inputs:
         q = QTYPES[xt]
@@ -89,7 +88,28 @@ def test_dequantize_lane_every_type(lane_sim):
                               "out_fmt": c.dq_outputs.index(out), "use_zp": int(use_zp),
                               "wide": int(use_zp and xt == "int32")}
                     groups.add(f"{xt} x {st} -> {out} zp={with_zp}", fields, x, s,
-                               zp if use_zp else None, want, out=out)
+                               zp if use_zp else None, want)
+    return groups
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_dequantize_lane_every_type(lane_sim):
+    """Every x type x scale type x output type, with and without a zero point."""
+    lane, sim = lane_sim
+    groups = every_type_groups(lane, np.random.default_rng(7))
+    assert run_groups(lane, sim, groups) == len(groups.labels) * GROUP
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_dequantize_lane_e8m0_only():
+    """With float8e8m0 the only scale type the multiplier's scale operand is one bit (a power
+    of two); every x and output type, with and without a zero point, stays exact."""
+    lane = DequantizeLane(AccelConfig(scales=("float8e8m0",)))
+    assert lane._dec_s.sig_width == 1
+    sim = VectorSim(lane, name="dequantize_lane_e8m0")
+    groups = every_type_groups(lane, np.random.default_rng(8))
     assert run_groups(lane, sim, groups) == len(groups.labels) * GROUP
 
 
@@ -98,3 +118,19 @@ def test_dequantize_lane_errors():
         DequantizeLane("default")
     with pytest.raises(ValueError, match="config.scales must include a float type"):
         DequantizeLane(AccelConfig(scales=("int32",), q_inputs=("int32",)))
+
+
+@pytest.mark.sim
+@requires_verilator
+@pytest.mark.parametrize("name", ["qdq-int8", "qdq-mx"])
+def test_dequantize_lane_presets(name):
+    """The unit presets' lanes build only the stages their types need (no int32: no
+    ``x.astype(float32)`` rounding and no float64 product; a float32-only output: no output
+    rounding after the product's) and stay exact for every type they carry."""
+    lane = DequantizeLane(preset(name))
+    assert lane._round_x is None and lane._round_b is None
+    assert (lane._round_out is None) == (lane.config.dq_outputs == ("float32",))
+    assert lane.latency < DequantizeLane(CONFIG).latency
+    sim = VectorSim(lane, name=f"dequantize_lane_{name.replace('-', '_')}")
+    groups = every_type_groups(lane, np.random.default_rng(9))
+    assert run_groups(lane, sim, groups) == len(groups.labels) * GROUP

@@ -55,9 +55,9 @@ FP8 = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float4
 #: The units of the shared build: key -> (formats, sig_width, exp_width, latency).
 UNITS = {
     # Every format, as the Quantize unit carries them, 64-bit significand (int32 / float64).
-    "all": (tuple(FORMATS), 64, 13, 3),
+    "all": (tuple(FORMATS), 64, 13, 8),
     # A float32 divider's 56-bit quotient.
-    "f32": (("float32", "float16", "bfloat16"), 56, 10, 2),
+    "f32": (("float32", "float16", "bfloat16"), 56, 10, 6),
     # The float8 / float4 encoders with one guard bit: small enough to try every input.
     "fp8": (FP8, 5, 6, 1),
     # No guard bit for float16 (documented truncation of sticky inputs), combinational.
@@ -340,7 +340,7 @@ def simulate(dut: FloatRound, w: dict, fmt: str) -> list[int]:
     return seen
 
 
-@pytest.mark.parametrize("latency", [0, 1, 2, 3])
+@pytest.mark.parametrize("latency", [0, 1, 2, 3, 4, 5, 6, 7, 8])
 def test_float_round_latency(latency):
     dut = FloatRound(("float8e4m3fn", "float8e5m2"), sig_width=5, exp_width=6, latency=latency)
     assert dut.latency == latency
@@ -423,8 +423,8 @@ def test_float_round_exp_width():
 
 
 def test_float_round_latency_value():
-    with pytest.raises(ValueError, match=r"latency must be in \[0, 3\], not 4"):
-        FloatRound(("float16",), sig_width=11, exp_width=6, latency=4)
+    with pytest.raises(ValueError, match=r"latency must be in \[0, 8\], not 9"):
+        FloatRound(("float16",), sig_width=11, exp_width=6, latency=9)
     with pytest.raises(TypeError, match=r"latency must be an integer, not True"):
         FloatRound(("float16",), sig_width=11, exp_width=6, latency=True)
 

@@ -89,7 +89,8 @@ EXHAUSTIVE = ["float16", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5
 #: plus unnormalised and combinational variants.
 EXHAUSTIVE_CASES = ([(name, True, 1) for name in EXHAUSTIVE]
                     + [("float16", False, 1), ("float8e4m3fnuz", False, 0),
-                       ("float4e2m1", False, 1), ("bfloat16", True, 0)])
+                       ("float4e2m1", False, 1), ("bfloat16", True, 0), ("float16", True, 2),
+                       ("float8e5m2", False, 2)])
 #: (format, normalize, number of random codes, seed)
 RANDOM_CASES = [("float32", True, 1_200_000, 1), ("float32", False, 300_000, 2),
                 ("float64", True, 300_000, 3)]
@@ -157,7 +158,7 @@ def simulate(dut: FloatUnpack, codes: list[int]) -> list[tuple[int, dict]]:
     return seen
 
 
-@pytest.mark.parametrize("latency", [0, 1])
+@pytest.mark.parametrize("latency", [0, 1, 2])
 def test_float_unpack_latency(latency):
     dut = FloatUnpack("float8e4m3fn", latency=latency)
     assert dut.latency == latency
@@ -200,7 +201,7 @@ def test_float_unpack_parameter_errors():
         FloatUnpack("float16", normalize=1)
     with pytest.raises(TypeError, match=r"latency must be an integer, not '1'"):
         FloatUnpack("float16", latency="1")
-    with pytest.raises(ValueError, match=r"latency must be in \[0, 1\], not 2"):
-        FloatUnpack("float16", latency=2)
+    with pytest.raises(ValueError, match=r"latency must be in \[0, 2\], not 3"):
+        FloatUnpack("float16", latency=3)
     with pytest.raises(TypeError, match=r"normalize must be a bool, not None"):
         unpacked_layout("float16", normalize=None)

@@ -23,8 +23,8 @@ requires_verilator = pytest.mark.skipif(missing_simulator("verilator") is not No
 #: The units of the shared build: key -> (width, exp_width, latency). Widths 2..16 with the
 #: narrowest exponent field, half of them combinational; int32 / int64 as the Quantize unit
 #: needs them; a 24-bit one with a wide exponent field.
-UNITS = {f"w{w}": (w, min_exp_width(w), w % 2) for w in range(2, 17)} | {
-    "w32": (32, 6, 1),
+UNITS = {f"w{w}": (w, min_exp_width(w), w % 4) for w in range(2, 17)} | {
+    "w32": (32, 6, 3),
     "w64": (64, 7, 1),
     "w24": (24, 12, 0),
 }
@@ -172,7 +172,7 @@ def test_reference_pins():
 # Amaranth simulator: latency
 
 
-@pytest.mark.parametrize("latency", [0, 1])
+@pytest.mark.parametrize("latency", [0, 1, 2, 3])
 def test_int_to_float_latency(latency):
     dut = IntToFloat(width=8, exp_width=4, latency=latency)
     assert dut.latency == latency and dut.width == 8 and dut.exp_width == 4
@@ -238,7 +238,7 @@ def test_int_to_float_exp_width():
 
 
 def test_int_to_float_latency_value():
-    with pytest.raises(ValueError, match=r"latency must be in \[0, 1\], not 2"):
-        IntToFloat(width=8, exp_width=4, latency=2)
+    with pytest.raises(ValueError, match=r"latency must be in \[0, 3\], not 4"):
+        IntToFloat(width=8, exp_width=4, latency=4)
     with pytest.raises(TypeError, match=r"latency must be an integer, not True"):
         IntToFloat(width=8, exp_width=4, latency=True)

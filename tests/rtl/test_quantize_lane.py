@@ -15,19 +15,22 @@ import pytest
 
 from qaccel.model.config import AccelConfig
 from qaccel.model.dml import dml_quantize_linear
-from qaccel.model.dtypes import FLOAT_TYPES, QTYPES
+from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, SCALE_TYPES
 from qaccel.model.quant import division_dtype, quantize_linear
 from qaccel.rtl.quantize_lane import QuantizeLane
 from qaccel.sim.runner import missing_simulator
 from qaccel.sim.vectors import VectorSim
 
-from .lane_groups import Groups, run_groups
+from .lane_groups import Groups, random_e8m0, run_groups
 
 requires_verilator = pytest.mark.skipif(missing_simulator("verilator") is not None,
                                         reason=missing_simulator("verilator") or "")
 
 CONFIG = AccelConfig()
-DTYPES = {**FLOAT_TYPES, "int32": np.dtype(np.int32)}
+DTYPES = {**FLOAT_TYPES, **SCALE_TYPES, "int32": np.dtype(np.int32)}
+#: Every input, output and precision with float8e8m0 scales only: the lane without a divider.
+MX_CONFIG = AccelConfig(scales=("float8e8m0",),
+                        precisions=("float32", "float16", "bfloat16", "float64"))
 
 GROUP = 1500
 
@@ -59,6 +62,8 @@ def random_x(name: str, n: int, scale: np.ndarray, rng) -> np.ndarray:
 
 def random_scale(name: str, n: int, rng) -> np.ndarray:
     dt = _dtype(name)
+    if name == "float8e8m0":
+        return random_e8m0(n, rng)
     if name == "int32":
         s = rng.integers(-5, 40, n).astype(np.int32)
         return s
@@ -92,12 +97,9 @@ def fields(c: AccelConfig, regs: dict) -> dict:
             "out_fmt": c.q_outputs.index(regs["out"]), "saturate": int(regs.get("saturate", 1))}
 
 
-@pytest.mark.sim
-@requires_verilator
-def test_quantize_lane_every_type(lane_sim):
-    """Every x type x scale type x output type (saturate on and, for float8, off)."""
-    lane, _ = lane_sim
-    rng = np.random.default_rng(1)
+def every_type_groups(lane: QuantizeLane, rng) -> Groups:
+    """Every x type x scale type x output type of ``lane`` (saturate on and, for float8,
+    off), in the division type NumPy promotes to."""
     groups = Groups(lane)
     c = lane.config
     for xt in c.q_inputs:
@@ -110,10 +112,38 @@ def test_quantize_lane_every_type(lane_sim):
                     zp = random_zp(out, GROUP, rng)
                     with np.errstate(all="ignore"):
                         want = quantize_linear(x, s, zp, axis=0, saturate=sat)
-                    regs = {"x": xt, "s": st, "prec": _prec_name(division_dtype(xt, st)),
-                            "cast": 0, "out": out, "saturate": sat}
+                    prec = _prec_name(division_dtype(_dtype(xt), _dtype(st)))
+                    regs = {"x": xt, "s": st, "prec": prec, "cast": 0, "out": out,
+                            "saturate": sat}
                     label = f"{xt}/{st} -> {out} sat={int(sat)}"
                     groups.add(label, fields(c, regs), x, s, zp, want)
+    return groups
+
+
+def precision_groups(lane: QuantizeLane, rng) -> Groups:
+    """The ``precision`` attribute: both operands rounded to it, the division in it."""
+    groups = Groups(lane)
+    c = lane.config
+    for xt in c.q_inputs:
+        for st in c.scales:
+            for prec in (p for p in c.precisions if p != "float64"):
+                for out in ("int8", "uint4", "int16", "float8e4m3fn", "float4e2m1"):
+                    s = random_scale(st, GROUP // 3, rng)
+                    x = random_x(xt, GROUP // 3, s, rng)
+                    zp = random_zp(out, GROUP // 3, rng)
+                    with np.errstate(all="ignore"):
+                        want = quantize_linear(x, s, zp, axis=0, precision=FLOAT_TYPES[prec])
+                    regs = {"x": xt, "s": st, "prec": prec, "cast": 1, "out": out}
+                    groups.add(f"{xt}/{st} precision={prec} -> {out}", fields(c, regs), x, s, zp,
+                               want)
+    return groups
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_quantize_lane_every_type(lane_sim):
+    """Every x type x scale type x output type (saturate on and, for float8, off)."""
+    groups = every_type_groups(lane_sim[0], np.random.default_rng(1))
     assert run_groups(*lane_sim, groups) == len(groups.labels) * GROUP
 
 
@@ -127,23 +157,23 @@ def _prec_name(dt: np.dtype) -> str:
 @requires_verilator
 def test_quantize_lane_precision(lane_sim):
     """The ``precision`` attribute: both operands rounded to it, the division in it."""
-    lane, _ = lane_sim
-    rng = np.random.default_rng(2)
-    groups = Groups(lane)
-    c = lane.config
-    for xt in c.q_inputs:
-        for st in c.scales:
-            for prec in ("float32", "float16", "bfloat16"):
-                for out in ("int8", "uint4", "int16", "float8e4m3fn", "float4e2m1"):
-                    s = random_scale(st, GROUP // 3, rng)
-                    x = random_x(xt, GROUP // 3, s, rng)
-                    zp = random_zp(out, GROUP // 3, rng)
-                    with np.errstate(all="ignore"):
-                        want = quantize_linear(x, s, zp, axis=0, precision=FLOAT_TYPES[prec])
-                    regs = {"x": xt, "s": st, "prec": prec, "cast": 1, "out": out}
-                    groups.add(f"{xt}/{st} precision={prec} -> {out}", fields(c, regs), x, s, zp,
-                               want)
-    assert run_groups(*lane_sim, groups) > 0
+    groups = precision_groups(lane_sim[0], np.random.default_rng(2))
+    assert run_groups(*lane_sim, groups) == len(groups.labels) * (GROUP // 3)
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_quantize_lane_e8m0_only():
+    """A lane whose only scale type is float8e8m0 (the OCP MX lane) has no divider, is shorter
+    than the default lane, and is exact for every x and output type, saturate and precision."""
+    lane = QuantizeLane(MX_CONFIG)
+    assert lane._div is None and lane.latency < QuantizeLane(CONFIG).latency
+    sim = (lane, VectorSim(lane, name="quantize_lane_e8m0"))
+    rng = np.random.default_rng(4)
+    groups = every_type_groups(lane, rng)
+    assert run_groups(*sim, groups) == len(groups.labels) * GROUP
+    groups = precision_groups(lane, rng)
+    assert run_groups(*sim, groups) == len(groups.labels) * (GROUP // 3)
 
 
 @pytest.mark.sim
@@ -174,7 +204,24 @@ def test_quantize_lane_config_type():
 
 
 def test_quantize_lane_small_config():
-    """A float32-only, int8-only instance is much shorter (no float64 quotient)."""
+    """A float32-only, int8-only instance is much shorter (no float64 quotient) and has no
+    cast units (float32 operands are exact in its one precision)."""
     small = QuantizeLane(AccelConfig(q_inputs=("float32",), scales=("float32",),
                                      q_outputs=("int8", "uint8")))
     assert small.latency < QuantizeLane(CONFIG).latency
+    assert small._cast_x is None and QuantizeLane(CONFIG)._cast_x is not None
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_quantize_lane_without_casts():
+    """float32 x over float32 or float8e8m0 scales, every output: no cast units (the
+    ``precision`` attribute float32 and DirectML's cast are the identity), still exact."""
+    lane = QuantizeLane(AccelConfig(q_inputs=("float32",), scales=("float32", "float8e8m0")))
+    assert lane._cast_x is None and lane.config.precisions == ("float32",)
+    sim = (lane, VectorSim(lane, name="quantize_lane_castless"))
+    rng = np.random.default_rng(5)
+    groups = every_type_groups(lane, rng)
+    assert run_groups(*sim, groups) == len(groups.labels) * GROUP
+    groups = precision_groups(lane, rng)
+    assert run_groups(*sim, groups) == len(groups.labels) * (GROUP // 3)

@@ -1,5 +1,5 @@
 """sim.jobs: beat packing against a plain Python packer, zero-point shapes, and jobs whose
-expected beats unpack to the golden model's arrays (no simulator)."""
+expected beats unpack to the golden model's and onnx.reference's bytes (no simulator)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from qaccel.model.quant import dequantize_linear, quantize_linear
 from qaccel.rtl.dequantize import Dequantize
 from qaccel.rtl.quantize import Quantize
 from qaccel.sim.jobs import _beats, _codes, dequantize_job, lane_widths, quantize_job, unpack_output
+from tests.model.quant_helpers import assert_bitexact, q_opset, reference
 
 
 def naive_beats(codes, lanes, width):
@@ -45,29 +46,34 @@ def test_scalar_scale_with_one_element_zero_point(units):
     job = quantize_job(quantize, x, np.float32(0.5), np.array([3], np.int8))
     assert job.table == [(0, int(np.float32(0.5).view(np.uint32)), 3)]
     want = quantize_linear(x, np.float32(0.5), np.array([3], np.int8))
-    np.testing.assert_array_equal(unpack_output(job, job.y, lane_widths(quantize)[1], 4), want)
+    assert_bitexact(unpack_output(job, job.y, lane_widths(quantize)[1], 4), want)
 
     q = want
     job = dequantize_job(dequantize, q, np.float32(0.5), np.array([-2], np.int8))
     assert job.table[0][2] == 0xFE
     got = unpack_output(job, job.y, lane_widths(dequantize)[1], 4)
-    np.testing.assert_array_equal(got, dequantize_linear(q, np.float32(0.5),
-                                                         np.array([-2], np.int8)))
+    assert_bitexact(got, dequantize_linear(q, np.float32(0.5), np.array([-2], np.int8)))
 
 
-@pytest.mark.parametrize("dtype", [np.int8, ml_dtypes.int4, ml_dtypes.uint2,
-                                   ml_dtypes.float8_e4m3fn, ml_dtypes.float4_e2m1fn])
+@pytest.mark.parametrize("dtype", [np.int8, ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2,
+                                   ml_dtypes.uint2, ml_dtypes.float8_e4m3fn,
+                                   ml_dtypes.float4_e2m1fn])
 def test_job_beats_unpack_to_golden(units, dtype):
-    """The expected beats of a blocked job are the golden output, element for element."""
+    """The expected beats of a blocked job unpack to the golden output's bytes, which are
+    onnx.reference's: negatives, -0 and NaN included, a sub-byte container's upper bits zero
+    (int4 -2 is 0x0E, not 0xFE)."""
     quantize, _ = units
     rng = np.random.default_rng(7)
     x = (rng.standard_normal((6, 37)) * 20).astype(np.float32)
+    x[:, :4] = [-0.0, -0.2, np.nan, -1e9]     # -0, a negative rounding to 0, NaN, saturation
     scale = (rng.random((6, 3)) + 0.25).astype(np.float32)
     zp = np.zeros((6, 3), dtype)
     job = quantize_job(quantize, x, scale, zp, axis=1, block_size=16)
     want = quantize_linear(x, scale, zp, axis=1, block_size=16)
-    got = unpack_output(job, job.y, lane_widths(quantize)[1], 4)
-    assert got.dtype == want.dtype and got.shape == want.shape
-    # by value: ml_dtypes reads a 4-bit code's byte with or without its sign extension
-    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+    assert_bitexact(unpack_output(job, job.y, lane_widths(quantize)[1], 4), want)
+    attrs = {"axis": 1, "block_size": 16}
+    ref = reference("QuantizeLinear", [x, scale, zp],
+                    opset=q_opset(np.float32, np.float32, dtype, blocked=True), y_dtype=dtype,
+                    **attrs)
+    assert_bitexact(want, ref)
     assert job.count == x.size and len(job.x) == -(-x.size // 4)
