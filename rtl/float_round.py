@@ -279,17 +279,20 @@ class FloatRound(wiring.Component):
         m.d.comb += sub_shift.eq(Mux(normal, 0, emin3 - b.exp))
         biased = Signal(exp_shape)
         m.d.comb += biased.eq(b.exp + bias3)
+        # Overflow needs exp >= emax, a normal result, whose mantissa field is unshifted: it
+        # is decided beside the subnormal shift, not after it.
+        overflow = (b.nonzero & ((b.exp > emax3)
+                                 | ((b.exp == emax3) & ((top & mant_mask) > max_mant)))) \
+            | (b.cls == FloatClass.INF)
         g = stage(m, self._latency >= 8, "sub", top=top, mant_mask=mant_mask,
-                  sub_shift=sub_shift, normal=normal, biased=biased, above=b.exp > emax3,
-                  at_max=b.exp == emax3, max_mant=max_mant, sign=b.sign, exp=b.exp, sig=b.sig,
-                  nonzero=b.nonzero, cls=b.cls, fmt=b.fmt, saturate=b.saturate)
+                  sub_shift=sub_shift, normal=normal, biased=biased, overflow=overflow,
+                  sign=b.sign, exp=b.exp, sig=b.sig, nonzero=b.nonzero, cls=b.cls, fmt=b.fmt,
+                  saturate=b.saturate)
         mant = Signal(p_max)                                       # mantissa field of the code
         m.d.comb += mant.eq(Mux(g.normal, g.top & g.mant_mask, g.top >> g.sub_shift))
-        overflow = (g.nonzero & (g.above | (g.at_max & (mant > g.max_mant)))) \
-            | (g.cls == FloatClass.INF)
 
         e = stage(m, self._latency >= 5, "enc", mant=mant, biased=g.biased, normal=g.normal,
-                  overflow=overflow, sign=g.sign, exp=g.exp, sig=g.sig, nonzero=g.nonzero,
+                  overflow=g.overflow, sign=g.sign, exp=g.exp, sig=g.sig, nonzero=g.nonzero,
                   cls=g.cls, fmt=g.fmt, saturate=g.saturate)
         code = Signal(self.code.shape())
         value = Signal(self.value.shape())
