@@ -14,7 +14,7 @@ from qaccel.rtl.wide_float import MAX_EXP_WIDTH, MAX_SIG_WIDTH, wide_float_layou
 __all__ = ["LATENCIES", "FloatAdd", "min_exp_width"]
 
 #: Latencies :class:`FloatAdd` supports (register stages).
-LATENCIES = (0, 1, 2, 3, 4, 5, 6)
+LATENCIES = (0, 1, 2, 3, 4, 5, 6, 7)
 
 
 def min_exp_width(a_width: int, b_width: int) -> int:
@@ -84,8 +84,9 @@ class FloatAdd(wiring.Component):
     multiplexer tree) and a left shift, then truncation and the sticky bit. ``latency`` 1
     registers the output, 2 also the sum, 3 also the aligned operands, 4 also the swapped
     operands and the shift amount (before the barrel shift), 5 also the leading-zero count
-    (before the normalising shift), 6 also the magnitude comparison (before the swap): every
-    stage then holds one compare, shift or add.
+    (before the normalising shift), 6 also the magnitude comparison (before the swap), 7 also
+    the alignment shift's first half (its multiples of 8): every stage then holds one
+    compare, half a shift or an add.
 
     Parameters
     ----------
@@ -237,18 +238,25 @@ class FloatAdd(wiring.Component):
         s0 = stage(m, self._latency >= 4, "swap", x_sig=x_sig, x_sign=x_sign, x_exp=x_exp,
                    y_sig=y_sig, y_sign=y_sign, shift=shift, special=k.special,
                    spec_cls=k.spec_cls, spec_sign=k.spec_sign)
-        wide = Signal(G + 1 + N)                   # y's leading bit at the top, then shifted
-        m.d.comb += wide.eq(Cat(Const(0, G + 1), s0.y_sig) >> s0.shift)
+        # y's leading bit at the top, then shifted right: by the shift's multiples of 8 first,
+        # with latency 7 registered, then by the rest (no bit leaves the vector: shift <= G + 1)
+        coarse = Signal(G + 1 + N)
+        m.d.comb += coarse.eq(Cat(Const(0, G + 1), s0.y_sig) >> Cat(Const(0, 3), s0.shift[3:]))
+        s5 = stage(m, self._latency >= 7, "coarse", coarse=coarse, fine=s0.shift[:3],
+                   x_sig=s0.x_sig, x_sign=s0.x_sign, x_exp=s0.x_exp, y_sign=s0.y_sign,
+                   special=s0.special, spec_cls=s0.spec_cls, spec_sign=s0.spec_sign)
+        wide = Signal(G + 1 + N)
+        m.d.comb += wide.eq(s5.coarse >> s5.fine)
         x_reg = Signal(R)
         y_reg = Signal(R)
         m.d.comb += [
-            x_reg.eq(Cat(Const(0, G - N + 2), s0.x_sig, Const(0, 1))),
+            x_reg.eq(Cat(Const(0, G - N + 2), s5.x_sig, Const(0, 1))),
             y_reg.eq(Cat(wide[:N].any(), wide[N:], Const(0, 1))),
         ]
 
         s1 = stage(m, self._latency >= 3, "align", x=x_reg, y=y_reg,
-                    subtract=s0.x_sign ^ s0.y_sign, sign=s0.x_sign, exp=s0.x_exp,
-                    special=s0.special, spec_cls=s0.spec_cls, spec_sign=s0.spec_sign)
+                    subtract=s5.x_sign ^ s5.y_sign, sign=s5.x_sign, exp=s5.x_exp,
+                    special=s5.special, spec_cls=s5.spec_cls, spec_sign=s5.spec_sign)
 
         # -- stage 2: add or subtract (|x| >= |y|: no borrow) ----------------------------------
         total = Signal(R)

@@ -52,7 +52,7 @@ FP4 = ml_dtypes.float4_e2m1fn
 UNITS = {
     # float32 + float32, 26-bit sum (float32 has out_width - 2 bits), rounded to float32 (or
     # float16 / bfloat16), then to float16, bfloat16 or float4e2m1.
-    "f32": (dict(a_width=24, b_width=24, exp_width=9, out_width=26, latency=6),
+    "f32": (dict(a_width=24, b_width=24, exp_width=9, out_width=26, latency=7),
             ("float32", "float16", "bfloat16"), ("float16", "bfloat16", "float4e2m1")),
     # The same with a 25-bit sum: float32 has out_width - 1 bits, still correct.
     "f25": (dict(a_width=24, b_width=24, exp_width=9, out_width=25, latency=4),
@@ -434,7 +434,7 @@ def simulate(dut: FloatAdd, a: dict, b: dict, sub: np.ndarray) -> list[int]:
     return seen
 
 
-@pytest.mark.parametrize("latency", [0, 1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("latency", [0, 1, 2, 3, 4, 5, 6, 7])
 def test_float_add_latency(latency):
     dut = FloatAdd(a_width=4, b_width=3, exp_width=5, out_width=4, latency=latency)
     assert dut.latency == latency
@@ -504,8 +504,8 @@ def test_float_add_out_width():
 
 
 def test_float_add_latency_value():
-    with pytest.raises(ValueError, match=r"latency must be in \[0, 6\], not 7"):
-        FloatAdd(a_width=24, b_width=24, exp_width=9, out_width=26, latency=7)
+    with pytest.raises(ValueError, match=r"latency must be in \[0, 7\], not 8"):
+        FloatAdd(a_width=24, b_width=24, exp_width=9, out_width=26, latency=8)
     with pytest.raises(TypeError, match=r"latency must be an integer, not False"):
         FloatAdd(a_width=24, b_width=24, exp_width=9, out_width=26, latency=False)
 
