@@ -12,10 +12,10 @@ from qaccel.model.perf import elementwise_call, nbits_v2_call
 
 def test_elementwise_call():
     """Per job: table entries + start, the index generator's start latency, one beat per
-    cycle, the unit's latency (the default Quantize unit: start latency 6, latency 112)."""
+    cycle, the unit's latency (the default Quantize unit: start latency 6, latency 113)."""
     c = elementwise_call(AccelConfig(), "quantize", [(16384, 1)])
-    assert (c.start_latency, c.latency) == (6, 112)
-    assert (c.cycles, c.load_cycles, c.beats, c.bound) == (2 + 16384 + 6 + 112, 2, 16384,
+    assert (c.start_latency, c.latency) == (6, 113)
+    assert (c.cycles, c.load_cycles, c.beats, c.bound) == (2 + 16384 + 6 + 113, 2, 16384,
                                                            "stream")
     c4 = elementwise_call(AccelConfig(lanes=4), "dequantize", [(105, 7), (1000, 1)])
     assert c4.beats == 27 + 250 and c4.jobs == 2
