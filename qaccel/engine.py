@@ -658,11 +658,9 @@ def _check_v2_beats(job, beats: np.ndarray) -> None:
 def _compare(out: np.ndarray, want: np.ndarray, op: str) -> None:
     """Raise RTLMismatchError unless ``out`` has ``want``'s storage bits, element by element
     (unused container bits, NaN payloads and -0 included)."""
-    def storage(a):
-        a = np.ascontiguousarray(a).reshape(-1)
-        return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+    from qaccel.sim.jobs import storage_words
 
-    a, b = storage(out), storage(want)
+    a, b = storage_words(out), storage_words(want)
     bad = np.flatnonzero(a != b)
     if bad.size:
         k = int(bad[0])

@@ -73,12 +73,18 @@ def pack(layout, value) -> int:
     return v & ((1 << width) - 1)
 
 
+def storage_words(a: np.ndarray) -> np.ndarray:
+    """``a``'s elements as unsigned words of their storage (every bit: unused container bits,
+    NaN payloads, the sign of zero), flattened in C order."""
+    a = np.ascontiguousarray(a).reshape(-1)
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
 def codes_of(a: np.ndarray) -> np.ndarray:
     """Bit patterns of ``a``'s elements as int64 (sub-byte types: their low ``bits``)."""
-    a = np.ascontiguousarray(a).reshape(-1)
-    raw = a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
-    name = dtype_name(a.dtype)
-    bits = QTYPES[name].bits if name in QTYPES else 8 * a.dtype.itemsize
+    raw = storage_words(a)
+    name = dtype_name(np.asarray(a).dtype)
+    bits = QTYPES[name].bits if name in QTYPES else 8 * raw.dtype.itemsize
     return raw.astype(np.int64) & ((1 << bits) - 1)
 
 
