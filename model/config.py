@@ -118,8 +118,20 @@ class AccelConfig:
     count_width : int
         Bits of a job's element count (8..40).
     divider_bits_per_stage : int
-        Quotient bits per pipeline stage of the divider: 1, 2 or 4 (latency against logic
-        depth).
+        Quotient bits per pipeline stage of the radix-2 array divider: 1, 2 or 4 (latency
+        against logic depth).
+    reciprocal_units : int
+        Quantize unit: 0 (default) divides in each lane with a pipelined radix-2 array
+        divider (no multipliers). 1 to 8 instead prepare every scale-table entry as it is
+        written: the scale decoded, rounded to the division precision and given the
+        reciprocal of its significand, by this many shared iterative reciprocal units (one
+        table write per ``ceil(latency / reciprocal_units)`` cycles, the reciprocal's latency
+        28 cycles for float32 scales); each lane then divides with a multiply and an exact
+        remainder correction (MULT18X18D blocks, a quarter of the array's LUTs).
+    divider_dsps : int or None
+        With ``reciprocal_units``: MULT18X18D per lane's divider at most (the smaller product
+        tiles move into LUTs), so that many lanes fit a part's DSP blocks; None: as the
+        products need (4 for float32 scales).
     pe : int
         MatMulNBits engine: output columns computed in parallel (1..128; the engine takes an
         even number).
@@ -180,6 +192,8 @@ class AccelConfig:
     size_width: int = 16
     count_width: int = 32
     divider_bits_per_stage: int = 1
+    reciprocal_units: int = 0
+    divider_dsps: int | None = None
     pe: int = 32
     simd: int = 1
     weight_bus_width: int = 256
@@ -217,6 +231,9 @@ class AccelConfig:
                 self.divider_bits_per_stage, bool):
             raise ValueError(f"divider_bits_per_stage must be 1, 2 or 4, not "
                              f"{self.divider_bits_per_stage!r}")
+        check_int("reciprocal_units", self.reciprocal_units, 0, 8)
+        if self.divider_dsps is not None:
+            check_int("divider_dsps", self.divider_dsps, 0, 64)
         check_int("pe", self.pe, 1, 128)
         if isinstance(self.simd, bool) or self.simd not in SIMD:
             raise ValueError(f"simd must be one of {SIMD}, not {self.simd!r}")

@@ -27,7 +27,8 @@ class ElementwiseCall:
 
     ``cycles`` runs from the first table write to the unit going idle after the last job
     (as :attr:`qaccel.engine.RunRecord.cycles`), ``load_cycles`` of them writing tables (one
-    per entry, plus the ``start`` strobe of each job).
+    per entry, or one per ``table_interval`` cycles on a Quantize unit that prepares its
+    entries, ``AccelConfig.reciprocal_units``), plus the ``start`` strobe of each job).
     """
 
     op: str
@@ -62,8 +63,9 @@ def elementwise_call(config: AccelConfig, op: str, jobs) -> ElementwiseCall:
     table_entries)`` pairs, one per unit job (:class:`qaccel.RTL` splits a call into jobs when
     its scales do not fit ``config.table_depth``; ``RunRecord.jobs`` says how many).
 
-    Per job: ``table_entries`` writes and the ``start`` strobe, the index generator's
-    ``start_latency``, ``ceil(elements / lanes)`` beats at one per cycle, and the unit's
+    Per job: ``table_entries`` writes (:meth:`~qaccel.rtl.elementwise.Elementwise.load_cycles`)
+    and the ``start`` strobe, the unit's ``start_latency`` (the index generator's, or the
+    table preparation's), ``ceil(elements / lanes)`` beats at one per cycle, and the unit's
     ``latency`` (the :class:`~qaccel.rtl.quantize.Quantize` / ``Dequantize`` unit's own
     attributes; DirectML runs on the Quantize unit). Exact against the RTL
     (tests/qaccel/test_rtl_engine.py::test_elementwise_cycles_equal_the_model).
@@ -88,7 +90,7 @@ def elementwise_call(config: AccelConfig, op: str, jobs) -> ElementwiseCall:
         from qaccel.rtl.quantize import Quantize as unit_class
     unit = unit_class(config)
     beats = sum(-(-e // config.lanes) for e, _ in jobs)
-    load = sum(t + 1 for _, t in jobs)
+    load = sum(unit.load_cycles(t) for _, t in jobs)
     fixed = len(jobs) * (unit.start_latency + unit.latency)
     return ElementwiseCall(op=op, lanes=config.lanes, jobs=len(jobs),
                            elements=sum(e for e, _ in jobs), beats=beats, load_cycles=load,

@@ -39,21 +39,25 @@ PRESETS: dict[str, AccelConfig] = {
 
 
 _INT8 = dict(q_inputs=("float32",), scales=("float32",), q_outputs=("int8",),
-             dq_inputs=("int8",), dq_outputs=("float32",))
+             dq_inputs=("int8",), dq_outputs=("float32",), table_depth=512)
 _MX = ("int8", "float8e4m3fn", "float8e5m2", "float4e2m1")
 
 #: Quantize / Dequantize builds (``qaccel synth --unit quantize|dequantize --preset NAME``;
 #: their MatMulNBits fields are the defaults). The default ``AccelConfig()`` carries every
-#: format; these carry the common ones, and their figures are in the README:
+#: format; these carry the common ones, and their figures are in the README. Their tables
+#: hold 512 entries (one DP16KD per 36-bit column, ``Elementwise(ecp5=True)``):
 #:
-#: * ``qdq-int8``: float32 -> int8 and back, one lane, float32 scales;
-#: * ``qdq-int8-x8``: the same with eight lanes (eight elements a cycle);
+#: * ``qdq-int8``: float32 -> int8 and back, one lane, float32 scales, the Quantize lane
+#:   dividing through reciprocals prepared when the table loads (``reciprocal_units`` 1);
+#: * ``qdq-int8-x8``: the same with eight lanes (eight elements a cycle), two reciprocal
+#:   units, three MULT18X18D per lane's divider (24 of the LFE5U-25F's 28);
 #: * ``qdq-mx``: the OCP Microscaling element types (MXINT8, MXFP8 E4M3 / E5M2, MXFP4) from
 #:   and to float32 / bfloat16 with float8e8m0 scales only: no divider, no casts.
 UNIT_PRESETS: dict[str, AccelConfig] = {
-    "qdq-int8": AccelConfig(**_INT8),
-    "qdq-int8-x8": AccelConfig(lanes=8, **_INT8),
+    "qdq-int8": AccelConfig(reciprocal_units=1, **_INT8),
+    "qdq-int8-x8": AccelConfig(lanes=8, reciprocal_units=2, divider_dsps=3, **_INT8),
     "qdq-mx": AccelConfig(q_inputs=("float32", "bfloat16"), scales=("float8e8m0",),
+                          table_depth=512,
                           q_outputs=_MX, dq_inputs=_MX, dq_outputs=("float32", "bfloat16")),
 }
 

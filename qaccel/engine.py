@@ -68,8 +68,11 @@ class RunRecord:
         Elements of ``x``; output beats (``ceil(elements / lanes)`` per job).
     cycles : int
         Clock cycles of the unit from the first table write to idle after the last job,
-        table loads included (``load_cycles`` of them: one per table entry plus a start
-        strobe per job).
+        table loads included (``load_cycles`` of them: per job, the table writes, one per
+        entry or one per ``table_interval`` cycles when the unit prepares its entries
+        (:attr:`qaccel.rtl.elementwise.Elementwise.load_cycles`), and the start strobe).
+    table_entries : int
+        Scale-table entries written, over all jobs.
     latency : int or None
         Smallest cycles from an ``x`` beat's transfer to its ``y`` beat.
     wall_time : float
@@ -89,6 +92,7 @@ class RunRecord:
     latency: int | None
     wall_time: float
     build_reused: bool
+    table_entries: int = 0
 
     @property
     def beats_per_cycle(self) -> float:
@@ -566,7 +570,7 @@ class RTL:
         self.last_run = RunRecord(
             op, self.simulator, harness, len(jobs), int(want.size),
             sum(len(b) for b in beats), cycles, load, latency, time.perf_counter() - t0,
-            not built)
+            not built, sum(len(j.table) for j in jobs))
         if self.check:
             _compare(out, want, op)
         return out
@@ -620,7 +624,8 @@ class RTL:
         lats = [int(np.min(r.y_cycles - r.x_cycles)) for r in results
                 if len(r.y_cycles) and len(r.y_cycles) == len(r.x_cycles)]
         return ([r.y for r in results], sum(r.cycles for r in results),
-                sum(len(j.table) + 1 for j in jobs), min(lats) if lats else None, built)
+                sum(unit.load_cycles(len(j.table)) for j in jobs), min(lats) if lats else None,
+                built)
 
 
 def _sub(a: np.ndarray | None, box: tuple[slice, ...]) -> np.ndarray | None:

@@ -69,7 +69,8 @@ TOKEN_SETTING = (4, 32)
 def build_unit(unit: str, config: AccelConfig) -> wiring.Component:
     """Return the component ``unit`` (one of :data:`UNITS`) built from ``config`` for
     synthesis. ``matmul_nbits`` is the v2 engine (:func:`build_nbits_v2`), with the float
-    path when ``config.float_path`` asks for it."""
+    path when ``config.float_path`` asks for it; the Quantize / Dequantize units take their
+    ECP5 table (``ecp5=True``: DP16KD instances when the table has at most 512 entries)."""
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {', '.join(UNITS)}, not {unit!r}")
     if not isinstance(config, AccelConfig):
@@ -78,9 +79,9 @@ def build_unit(unit: str, config: AccelConfig) -> wiring.Component:
         return build_nbits_v2(config)
     if unit == "quantize":
         from qaccel.rtl.quantize import Quantize
-        return Quantize(config)
+        return Quantize(config, ecp5=True)
     from qaccel.rtl.dequantize import Dequantize
-    return Dequantize(config)
+    return Dequantize(config, ecp5=True)
 
 
 def build_nbits_v2(config: AccelConfig) -> wiring.Component:

@@ -2,44 +2,45 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import AccelConfig
 from qaccel.model.dtypes import QType
 from qaccel.model.floatfmt import FORMATS
-from qaccel.rtl.decode import Decode, decode_type, exact_in
+from qaccel.rtl.decode import Decode, decode_type
 from qaccel.rtl.decode import min_exp_width as decode_exp_width
 from qaccel.rtl.decode import min_sig_width as decode_sig_width
-from qaccel.rtl.float_add import LATENCIES as ADD_LATENCIES
-from qaccel.rtl.float_add import FloatAdd
 from qaccel.rtl.float_mul import LATENCIES as MUL_LATENCIES
 from qaccel.rtl.float_mul import FloatMul
 from qaccel.rtl.float_round import LATENCIES as ROUND_LATENCIES
 from qaccel.rtl.float_round import FloatRound
 from qaccel.rtl.float_round import min_exp_width as round_exp_width
 from qaccel.rtl.float_unpack import FloatClass
+from qaccel.rtl.fp32_narrow import Fp32Narrow
+from qaccel.rtl.int_diff import IntDiff
+from qaccel.rtl.int_scale_mul import IntScaleMul
+from qaccel.rtl.int_to_float import IntToFloat
 from qaccel.rtl.pipeline import delay, field_width, line
+from qaccel.rtl.scale_to_f32 import ScaleToF32
+from qaccel.rtl.wide_float import wide_float_layout
 
 __all__ = ["DequantizeLane", "dequantize_lane_regs", "dq_scales"]
 
 #: The arithmetic units' deepest pipelines: one compare, shift or add per stage.
 ROUND_LATENCY = max(ROUND_LATENCIES)
 DECODE_LATENCY = 4
-ADD_LATENCY = max(ADD_LATENCIES)
+I2F_LATENCY = 3
 
-#: Width of the exact difference ``f32(x) - zero_point`` for int32: both are integers below
-#: 2**32.
-_DIFF_WIDTH_INT32 = 36
+#: Significant bits of each scale type's significand once widened to float32 (the top bits of
+#: float32's 24; float8e8m0's ``2**23`` or, for code 0, ``2**22``: two).
+_SCALE_SIG = {"float32": 24, "float16": 11, "bfloat16": 8, "float8e8m0": 2}
 
-
-def _diff_width(types) -> int:
-    """Significant bits of ``f32(x) - zero_point`` for the carried ``x`` types: a ``b``-bit
-    integer minus its zero point fits ``b`` bits (int32: :data:`_DIFF_WIDTH_INT32`), a float
-    (no zero point subtracted) its significand."""
-    return max(t.mbits + 1 if not isinstance(t, QType) else
-               _DIFF_WIDTH_INT32 if t.bits == 32 else t.bits for t in types)
+#: The lane's units (attributes ``_<name>``, None when not built; submodules ``<name>``):
+#: the integer path's, then the general path's.
+_UNITS = ("diff", "scale32", "imul", "narrow", "i2f", "dec_x", "dec_s", "mul", "round_p",
+          "round_b", "round_out")
 
 
 def dq_scales(config: AccelConfig) -> tuple[str, ...]:
@@ -67,20 +68,34 @@ def dequantize_lane_regs(config: AccelConfig) -> data.StructLayout:
 class DequantizeLane(wiring.Component):
     """``y = (x - zero_point) * scale`` for one element, bit-exact with the golden model.
 
-    The datapath (formats chosen by the registers ``regs``):
+    The golden model computes ``x.astype(float32) - zero_point``, exact for every type (an
+    integer difference, int32's ``x`` rounded to float32 first; a float8 / float4 ``x`` has
+    no zero point), then the product with the scale, rounded once to float32 (float64 for
+    int32 with a zero point), then to the output type. Two datapaths, chosen at build time
+    from the carried types (formats chosen at run time by the registers ``regs``):
 
-    1. decode ``x`` and ``zero_point`` (codes of a ``config.dq_inputs`` type) and ``scale``
-       into exact wide floats;
-    2. round ``x`` to float32 (``x.astype(float32)``: exact but for int32, so built only when
-       int32 is carried);
-    3. subtract the zero point (exact: both are integers below ``2**32``);
-    4. multiply by the scale (exact product; the multiplier is as wide as the widest scale
-       significand carried, a float8e8m0 scale's being a constant power of two; a NaN ``x``
-       times a NaN scale keeps the scale's sign, as the golden model does), round to
-       float32, or float64 when ``wide``;
-    5. round to the output type (a float64 product bound for bfloat16 goes through float32,
-       as ml_dtypes casts it; with float32 the only output and no int32 input, step 4's
-       rounding is the last).
+    * **Integer path**, when every ``config.dq_inputs`` type is an integer of at most 16
+      bits (the qdq-int8 preset): the exact difference ``d``
+      (:class:`~qaccel.rtl.int_diff.IntDiff`, a sign and a magnitude) beside the scale
+      widened to float32 (:class:`~qaccel.rtl.scale_to_f32.ScaleToF32`), then
+      ``f32(d * scale)`` (:class:`~qaccel.rtl.int_scale_mul.IntScaleMul`: the integer
+      product of ``|d|`` and the scale's significand, subnormal scales unnormalised, one
+      rounding whose position never moves, since the small results are exact), then for a
+      float16 / bfloat16 output a second rounding from float32
+      (:class:`~qaccel.rtl.fp32_narrow.Fp32Narrow`, as ``astype`` does; a float16 NaN keeps
+      the top of the float32 NaN's payload). No wide floats, no leading-zero normalisation
+      of the scale.
+    * **General path**, otherwise (float8 / float4 inputs, int32): an integer ``x``'s exact
+      difference (IntDiff, which rounds an int32 ``x`` to float32 first) converted once to a
+      wide float (:class:`~qaccel.rtl.int_to_float.IntToFloat`), or a float ``x`` decoded
+      (:class:`~qaccel.rtl.decode.Decode`); times the decoded scale
+      (:class:`~qaccel.rtl.float_mul.FloatMul`, truncated to a round and a sticky bit below
+      the widest first rounding's significand; a NaN ``x`` times a NaN scale keeps the
+      scale's sign, as the golden model does), rounded to float32, or float64 when ``wide``
+      (:class:`~qaccel.rtl.float_round.FloatRound`); then rounded to the output type (a
+      float64 product bound for bfloat16 goes through float32, as ml_dtypes casts it; with
+      float32 the only output and no int32 input, the first rounding is the last). A NaN
+      scale's payload is carried to float32 and float16 outputs.
 
     ``y`` is the output code, right-aligned. Latency is :attr:`latency` cycles whatever the
     formats, one element per cycle; the registers are not pipelined and must be stable while
@@ -104,51 +119,18 @@ class DequantizeLane(wiring.Component):
             raise ValueError(f"config.scales must include a float type for dequantisation, "
                              f"not {c.scales}")
         ins = [decode_type(t) for t in c.dq_inputs]
-        self._exp = max(decode_exp_width(ins), decode_exp_width(
-            [decode_type(t) for t in scales]) - 1, round_exp_width([FORMATS["float64"]]) - 2)
-        E, W = self._exp, decode_sig_width(ins)
-        D = _diff_width(ins)
-        # the multiplier: the widest scale significand (float8e8m0's is one bit) times the
-        # difference; the exact product is padded to the roundings' widest format
-        S = decode_sig_width([decode_type(t) for t in scales])
-        self._dec_x = Decode(c.dq_inputs, sig_width=W, exp_width=E,
-                             latency=DECODE_LATENCY)
-        self._dec_zp = Decode(c.dq_inputs, sig_width=W, exp_width=E,
-                             latency=DECODE_LATENCY)
-        self._dec_s = Decode(scales, sig_width=S, exp_width=E + 1, latency=DECODE_LATENCY)
-        # Stages built only when a carried type needs them: x.astype(float32) rounds only
-        # int32; int32 also brings the float64 product (``wide``), and with a bfloat16
-        # output its second rounding through float32; a float32-only output needs no
-        # rounding after the product's.
-        f32 = FORMATS["float32"]
-        self._wide = "int32" in c.dq_inputs
-        self._round_x = self._round_b = self._round_out = None
-        if not all(exact_in(t, f32) for t in ins):
-            self._round_x = FloatRound(("float32",), sig_width=W, exp_width=E,
-                                       latency=ROUND_LATENCY)
-        self._sub = FloatAdd(a_width=W, b_width=W, exp_width=E, out_width=D,
-                             latency=ADD_LATENCY)
-        # the scale first: a NaN times a NaN keeps the scale's (the golden kernels' result)
-        self._mul = FloatMul(a_width=S, b_width=D, exp_width=E + 1,
-                             latency=max(MUL_LATENCIES))
-        wide = ("float32", "float64")
-        P = max(D + S, 53 if self._wide else 24)
-        self._round_p = FloatRound(wide if self._wide else ("float32",), sig_width=P,
-                                   exp_width=E + 2, latency=ROUND_LATENCY)
-        if self._wide and "bfloat16" in c.dq_outputs:
-            self._round_b = FloatRound(wide, sig_width=P, exp_width=E + 2,
-                                       latency=ROUND_LATENCY)
-        if self._wide or c.dq_outputs != ("float32",):
-            self._round_out = FloatRound(c.dq_outputs, sig_width=P, exp_width=E + 2,
-                                         latency=ROUND_LATENCY)
-        # A NaN scale's payload survives to float32 and float16 outputs (quieted, truncated),
-        # as NumPy's multiply and casts keep it; bfloat16 outputs and the other NaNs are the
-        # canonical ones FloatRound gives.
-        self._payload = (any(t in ("float32", "float16", "bfloat16") for t in scales)
-                         and any(t in ("float32", "float16") for t in c.dq_outputs))
-        self._latency = 1 + sum(u.latency for u in (
-            self._dec_x, self._round_x, self._sub, self._mul, self._round_p, self._round_b,
-            self._round_out) if u is not None)
+        # Integer inputs of at most 16 bits: the exact difference x - zero_point times the
+        # scale widened to float32, rounded once (IntScaleMul); the other types (float8 /
+        # float4 codes, int32 with its float32 rounding and float64 product) need the
+        # general path below.
+        self._int_path = all(isinstance(t, QType) and t.bits <= 16 for t in ins)
+        for name in _UNITS:
+            setattr(self, f"_{name}", None)
+        self._payload = False
+        if self._int_path:
+            self._init_int(c, scales)
+        else:
+            self._init_general(c, scales, ins)
         out_bits = max(FORMATS[t].bits for t in c.dq_outputs)
         super().__init__({
             "regs": In(dequantize_lane_regs(c)),
@@ -157,6 +139,75 @@ class DequantizeLane(wiring.Component):
             "scale": In(unsigned(max(decode_type(t).bits for t in scales))),
             "y": Out(unsigned(out_bits)),
         })
+
+    def _init_int(self, c: AccelConfig, scales) -> None:
+        """The integer path's units (see :meth:`_elaborate_int`)."""
+        self._diff = IntDiff(c.dq_inputs)
+        self._scale32 = ScaleToF32(scales)
+        self._imul = IntScaleMul(width=self._diff.width,
+                                 sig_width=max(_SCALE_SIG[t] for t in scales))
+        if c.dq_outputs != ("float32",):
+            self._narrow = Fp32Narrow()
+        self._latency = self._diff.latency + self._imul.latency + (
+            self._narrow.latency + 1 if self._narrow is not None else 0)
+
+    def _init_general(self, c: AccelConfig, scales, ins) -> None:
+        """The general path's units (see :meth:`_elaborate_general`)."""
+        self._exp = max(decode_exp_width(ins), decode_exp_width(
+            [decode_type(t) for t in scales]) - 1, round_exp_width([FORMATS["float64"]]) - 2)
+        E = self._exp
+        ints = tuple(t.name for t in ins if isinstance(t, QType))
+        floats = tuple(t.name for t in ins if not isinstance(t, QType))
+        # x - zero_point: an integer x's exact difference (int32's x rounded to float32
+        # first), converted once; a float8 / float4 x as it is (its zero point is ignored)
+        widths = []
+        if ints:
+            self._diff = IntDiff(ints)
+            self._i2f = IntToFloat(width=self._diff.width, exp_width=E + 1,
+                                   latency=I2F_LATENCY)
+            widths.append(self._diff.width)
+        if floats:
+            widths.append(decode_sig_width([decode_type(t) for t in floats]))
+            self._dec_x = Decode(floats, sig_width=widths[-1], exp_width=E + 1,
+                                 latency=DECODE_LATENCY)
+        self._front = max(
+            self._diff.latency + self._i2f.latency if ints else 0,
+            self._dec_x.latency if floats else 0)
+        D = max(widths)
+        # the multiplier: the widest scale significand (float8e8m0's is one bit) times the
+        # difference
+        S = decode_sig_width([decode_type(t) for t in scales])
+        self._dec_s = Decode(scales, sig_width=S, exp_width=E + 1, latency=DECODE_LATENCY)
+        # Stages built only when a carried type needs them: int32 brings the float64 product
+        # (``wide``), and with a bfloat16 output its second rounding through float32; a
+        # float32-only output needs no rounding after the product's.
+        self._wide = "int32" in c.dq_inputs
+        # The product keeps the first rounding's widest significand (R bits: float64's with
+        # int32, float32's otherwise), a round bit and a sticky bit (FloatMul's out_width),
+        # which round as the exact product does; the first rounding's result is exact in R
+        # bits, so the later roundings take R bits. The scale is the first operand: a NaN
+        # times a NaN keeps the scale's (the golden kernels' result).
+        R = 53 if self._wide else 24
+        self._mul = FloatMul(a_width=S, b_width=D, exp_width=E + 1,
+                             out_width=R + 1 if D + S > R + 1 else None,
+                             latency=max(MUL_LATENCIES))
+        wide = ("float32", "float64")
+        self._round_p = FloatRound(wide if self._wide else ("float32",),
+                                   sig_width=max(self._mul.out_width, R), exp_width=E + 2,
+                                   latency=ROUND_LATENCY)
+        if self._wide and "bfloat16" in c.dq_outputs:
+            self._round_b = FloatRound(wide, sig_width=R, exp_width=E + 2,
+                                       latency=ROUND_LATENCY)
+        if self._wide or c.dq_outputs != ("float32",):
+            self._round_out = FloatRound(c.dq_outputs, sig_width=R, exp_width=E + 2,
+                                         latency=ROUND_LATENCY)
+        # A NaN scale's payload survives to float32 and float16 outputs (quieted, truncated),
+        # as NumPy's multiply and casts keep it; bfloat16 outputs and the other NaNs are the
+        # canonical ones FloatRound gives.
+        self._payload = (any(t in ("float32", "float16", "bfloat16") for t in scales)
+                         and any(t in ("float32", "float16") for t in c.dq_outputs))
+        self._latency = 1 + self._front + sum(u.latency for u in (
+            self._mul, self._round_p, self._round_b, self._round_out) if u is not None)
 
     def _nan_payload(self, m: Module, code) -> Signal:
         """``code`` with a NaN scale's payload: the scale's mantissa widened to float32's 23
@@ -198,44 +249,114 @@ class DequantizeLane(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        regs = self.regs
-        for name in ("dec_x", "dec_zp", "dec_s", "round_x", "sub", "mul", "round_p",
-                     "round_b", "round_out"):
+        for name in _UNITS:
             if getattr(self, f"_{name}") is not None:
                 m.submodules[name] = getattr(self, f"_{name}")
-        dec_x, dec_zp, dec_s = self._dec_x, self._dec_zp, self._dec_s
+        if self._int_path:
+            self._elaborate_int(m)
+        else:
+            self._elaborate_general(m)
+        return m
 
-        m.d.comb += [dec_x.code.eq(self.x), dec_x.fmt.eq(regs.x_fmt),
-                     dec_zp.code.eq(self.zero_point), dec_zp.fmt.eq(regs.x_fmt),
-                     dec_s.code.eq(self.scale), dec_s.fmt.eq(regs.s_fmt)]
-        lat = dec_x.latency
-        x, zp = dec_x.o, dec_zp.o
-        # 2. x.astype(float32)
-        if self._round_x is not None:
-            rx = self._round_x
-            m.d.comb += [rx.i.eq(x), rx.fmt.eq(0), rx.saturate.eq(0)]
-            x, zp = rx.value, delay(m, zp, rx.latency, "zp")
-            lat += rx.latency
-        # 3. minus the zero point (+0 when there is none: x - (+0) is x, -0 included)
-        sub = self._sub
-        m.d.comb += [sub.a.eq(x), sub.sub.eq(1)]
-        plus_zero = Signal.like(zp)
-        m.d.comb += [plus_zero.cls.eq(FloatClass.ZERO), sub.b.eq(plus_zero)]
-        with m.If(regs.use_zp):
-            m.d.comb += sub.b.eq(zp)
-        lat += sub.latency
+    def _elaborate_int(self, m: Module) -> None:
+        """Integer inputs: ``d = x - zero_point`` exactly (:class:`~qaccel.rtl.int_diff.
+        IntDiff`) beside the scale widened to float32 (:class:`~qaccel.rtl.scale_to_f32.
+        ScaleToF32`), then ``f32(d * scale)`` (:class:`~qaccel.rtl.int_scale_mul.IntScaleMul`),
+        the golden model's one rounding: ``x.astype(float32) - zp`` is exact and a float16 /
+        bfloat16 scale is widened to float32 by NumPy's promotion. A float16 / bfloat16
+        output is that float32 rounded again (:class:`~qaccel.rtl.fp32_narrow.Fp32Narrow`, as
+        ``astype`` does), a float16 NaN keeping the top of the float32 NaN's payload."""
+        regs, c = self.regs, self._config
+        diff, scale32, imul = self._diff, self._scale32, self._imul
+        m.d.comb += [diff.x.eq(self.x), diff.zero_point.eq(self.zero_point),
+                     diff.fmt.eq(regs.x_fmt), diff.use_zp.eq(regs.use_zp),
+                     scale32.code.eq(self.scale), scale32.fmt.eq(regs.s_fmt),
+                     imul.mag.eq(diff.mag), imul.neg.eq(diff.neg), imul.zero.eq(diff.zero),
+                     imul.s.eq(scale32.f32)]
+        if self._narrow is None:
+            m.d.comb += self.y.eq(imul.y)
+            return
+        narrow = self._narrow
+        f32 = imul.y
+        to_bf16 = Signal()
+        with m.Switch(regs.out_fmt):
+            for k, name in enumerate(c.dq_outputs):
+                with m.Case(k) if k < len(c.dq_outputs) - 1 else m.Default():
+                    m.d.comb += to_bf16.eq(name == "bfloat16")
+        m.d.comb += [narrow.a.eq(f32), narrow.fmt.eq(to_bf16)]
+        late = delay(m, f32, narrow.latency, "f32")
+        nan = (late[23:31] == 0xFF) & (late[:23] != 0)
+        y = Signal.like(self.y)
+        with m.Switch(regs.out_fmt):
+            for k, name in enumerate(c.dq_outputs):
+                with m.Case(k) if k < len(c.dq_outputs) - 1 else m.Default():
+                    if name == "float32":
+                        m.d.comb += y.eq(late)
+                    elif name == "float16":
+                        m.d.comb += y.eq(Mux(nan, Cat(late[13:23], Const(0x1F, 5), late[31]),
+                                             narrow.y))
+                    else:
+                        m.d.comb += y.eq(narrow.y)
+        m.d.sync += self.y.eq(y)
+
+    def _elaborate_general(self, m: Module) -> None:
+        """The other input types: an integer x's exact difference ``x - zero_point``
+        (:class:`~qaccel.rtl.int_diff.IntDiff`, which rounds an int32 x to float32 first) as
+        a wide float (:class:`~qaccel.rtl.int_to_float.IntToFloat`), or a float x decoded;
+        times the scale (decoded), rounded to float32 (float64 when ``wide``), then to the
+        output type."""
+        regs, c = self.regs, self._config
+        dec_s = self._dec_s
+        m.d.comb += [dec_s.code.eq(self.scale), dec_s.fmt.eq(regs.s_fmt)]
+        diff, i2f, dec_x = self._diff, self._i2f, self._dec_x
+        ints = diff.types if diff is not None else ()
+        lat = self._front
+        b = Signal(self._mul.b.shape())
+        is_int = Signal()
+        with m.Switch(regs.x_fmt):
+            for k, name in enumerate(c.dq_inputs):
+                t = decode_type(name)
+                with m.Case(k) if k < len(c.dq_inputs) - 1 else m.Default():
+                    if isinstance(t, QType):
+                        m.d.comb += [is_int.eq(1), diff.fmt.eq(ints.index(t))]
+                    else:
+                        m.d.comb += dec_x.fmt.eq(dec_x.index(t))
+        width = len(b.sig)
+        from_int = from_float = None
+        if diff is not None:
+            m.d.comb += [diff.x.eq(self.x), diff.zero_point.eq(self.zero_point),
+                         diff.use_zp.eq(regs.use_zp), i2f.i.eq(diff.mag), i2f.signed.eq(0)]
+            v = Signal.like(b)
+            neg = delay(m, diff.neg, i2f.latency, "neg")
+            m.d.comb += [v.sign.eq(neg), v.exp.eq(i2f.o.exp), v.cls.eq(i2f.o.cls),
+                         v.sig.eq(i2f.o.sig << (width - len(i2f.o.sig)))]
+            from_int = delay(m, v, lat - diff.latency - i2f.latency, "d")
+        if dec_x is not None:
+            m.d.comb += dec_x.code.eq(self.x)
+            v = Signal.like(b)
+            o = dec_x.o
+            m.d.comb += [v.sign.eq(o.sign), v.exp.eq(o.exp), v.cls.eq(o.cls),
+                         v.sig.eq(o.sig << (width - len(o.sig)))]
+            from_float = delay(m, v, lat - dec_x.latency, "xf")
+        if from_int is None or from_float is None:
+            m.d.comb += b.eq(from_int if from_float is None else from_float)
+        else:
+            m.d.comb += b.eq(Mux(is_int, from_int, from_float))
         # 4. times the scale, rounded to float32 (float64 when wide)
         mul = self._mul
-        m.d.comb += [mul.b.eq(sub.s), mul.a.eq(delay(m, dec_s.o, lat - dec_s.latency, "s"))]
+        m.d.comb += [mul.b.eq(b), mul.a.eq(delay(m, dec_s.o, lat - dec_s.latency, "s"))]
         rp = self._round_p
         pad = len(rp.i.sig) - len(mul.p.sig)
         m.d.comb += [rp.i.sign.eq(mul.p.sign), rp.i.exp.eq(mul.p.exp),
                      rp.i.sig.eq(mul.p.sig << pad), rp.i.sticky.eq(mul.p.sticky),
                      rp.i.cls.eq(mul.p.cls), rp.fmt.eq(regs.wide if self._wide else 0),
                      rp.saturate.eq(0)]
-        value, code = rp.value, rp.code
+        code = rp.code
+        value = Signal(wide_float_layout(53 if self._wide else 24, len(rp.value.exp)))
+        m.d.comb += [value.sign.eq(rp.value.sign), value.exp.eq(rp.value.exp),
+                     value.cls.eq(rp.value.cls),
+                     value.sig.eq(rp.value.sig[len(rp.value.sig) - len(value.sig):])]
         # 5. a float64 product bound for bfloat16 is rounded to float32 first (ml_dtypes)
-        c = self._config
         if self._round_b is not None:
             rb = self._round_b
             to_bf16 = Signal()
@@ -253,4 +374,3 @@ class DequantizeLane(wiring.Component):
         if self._payload:
             code = self._nan_payload(m, code)
         m.d.sync += self.y.eq(code)
-        return m

@@ -17,6 +17,8 @@ against its behavioural twin on Icarus with models of the cells
 - :func:`product_24x24`: an unsigned 24 x 24-bit product (float32 significands) from three
   :func:`registered_product` (18 + 6-bit split) and the 6 x 6 piece in LUTs, in two parts
   the caller adds.
+- :func:`bram_column_width`: the widest column of a memory that one block RAM holds at a
+  given depth.
 - :func:`dp16kd_sdp`: one DP16KD as a 512 x 36 simple dual-port RAM (write port A, read port
   B, unregistered read), without the collision bypass Yosys adds after an inferred block
   RAM's read data.
@@ -161,6 +163,19 @@ def product_24x24(m: Module, a, b, *, ecp5: bool, name: str) -> tuple[Signal, Si
     mid = _reg(m, lh + hl, f"{name}_mid")                                   # cycle 3
     outer = _reg(m, Cat(ll, hh[:12]), f"{name}_outer")
     return outer, mid
+
+
+#: The data widths of a DP16KD (18 Kib) port; 36 as a 512 x 36 PDPW16KD.
+BRAM_WIDTHS = (1, 2, 4, 9, 18, 36)
+
+
+def bram_column_width(depth: int) -> int:
+    """The widest DP16KD configuration at ``depth`` entries or more (18 bits at 1,024, 36 at
+    512, 1 bit from 16,384 on). A memory built of columns this wide maps each column onto
+    whole block RAMs side by side, with no multiplexer after the read data: Yosys otherwise
+    may stack 512 x 36 blocks two deep for 1,024 entries and select between them in LUTs,
+    behind the block RAM's slow clock-to-output (about 5.8 ns on speed 6)."""
+    return max(w for w in BRAM_WIDTHS if w * max(depth, 512) <= 18432 or w == 1)
 
 
 def dp16kd_sdp(m: Module, *, depth: int, width: int, name: str) -> tuple[SimpleNamespace,

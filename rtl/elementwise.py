@@ -3,11 +3,15 @@ zero-point table, ``lanes`` element datapaths, output FIFO with credit-based flo
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, unsigned
+from types import SimpleNamespace
+
+from amaranth.hdl import Cat, Module, Shape, Signal, Value, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import AccelConfig
+from qaccel.rtl.ecp5 import DP16KD_DEPTH, DP16KD_WIDTH, bram_column_width, dp16kd_sdp
+from qaccel.rtl.pipeline import line
 from qaccel.rtl.scale_index import ScaleIndex
 
 __all__ = ["Elementwise"]
@@ -28,16 +32,23 @@ class Elementwise(wiring.Component):
 
     A job:
 
-    1. write the scale / zero-point codes to the table through ``table`` (one entry per
-       transfer, at ``payload.addr``; always ready), any time the unit is idle;
-    2. set ``regs`` (the lane's registers and the index generator's ``size``, ``stride``,
+    1. set ``regs`` (the lane's registers and the index generator's ``size``, ``stride``,
        ``block``, ``count``; see :class:`~qaccel.rtl.scale_index.ScaleIndex` and
-       :meth:`index_registers`) and pulse ``start``;
+       :meth:`index_registers`);
+    2. write the scale / zero-point codes to the table through ``table`` (one entry per
+       transfer, at ``payload.addr``), any time the unit is idle, and pulse ``start``.
+       ``table`` is always ready, unless the lane prepares its entries as they are written
+       (the Quantize lane with ``AccelConfig.reciprocal_units``: a
+       :class:`~qaccel.rtl.scale_prep.ScalePrep` decodes each scale with the format in
+       ``regs`` and computes its reciprocal), which takes a write every
+       :attr:`table_interval` cycles and admits the first ``x`` beat once the last entry is
+       in (:attr:`start_latency`);
     3. stream the ``count`` elements in C order on ``x``, ``lanes`` per beat (the last beat
        padded with any value), and read the results from ``y`` in the same order, with
        ``last`` on the final beat. Lanes past ``count`` in the last beat are unspecified.
 
-    ``regs`` must hold from ``start`` until ``busy`` falls. A synchronous reset aborts a job
+    ``regs`` must hold from the first table write until ``busy`` falls. A synchronous reset
+    aborts a job
     cleanly (the table keeps its contents).
 
     Flow control: an ``x`` beat is accepted when the index generator has its indices and the
@@ -46,6 +57,15 @@ class Elementwise(wiring.Component):
     is sustained. Latency from an ``x`` transfer to its ``y`` beat being offered is
     :attr:`latency` cycles: two for the table read (registered), the lane's latency, and the
     FIFO's two.
+
+    Parameters
+    ----------
+    config : :class:`~qaccel.model.config.AccelConfig`
+    ecp5 : :class:`bool`
+        Build a table of at most 512 entries from DP16KD instances
+        (:func:`~qaccel.rtl.ecp5.dp16kd_sdp`) for synthesis: the read data reaches its
+        register without the read-during-write bypass of an inferred block RAM. Simulate with
+        False (the default), the same cycles.
 
     Members
     -------
@@ -63,16 +83,21 @@ class Elementwise(wiring.Component):
 
     lane_class: type = None
 
-    def __init__(self, config: AccelConfig | None = None):
+    def __init__(self, config: AccelConfig | None = None, *, ecp5: bool = False):
         if config is None:
             config = AccelConfig()
         if not isinstance(config, AccelConfig):
             raise TypeError(f"config must be an AccelConfig, not {config!r}")
+        if not isinstance(ecp5, bool):
+            raise TypeError(f"ecp5 must be a bool, not {ecp5!r}")
+        self._ecp5 = ecp5
         self._config = c = config
         self._lanes = [self.lane_class(c) for _ in range(c.lanes)]
         lane = self._lanes[0]
         members = lane.signature.members
         self._addr_width = (c.table_depth - 1).bit_length()
+        prep = getattr(lane, "scale_prep", None)
+        self._prep = prep(self._addr_width) if prep else None
         self._index = ScaleIndex(lanes=c.lanes, max_dims=c.max_dims, size_width=c.size_width,
                                  index_width=self._addr_width, count_width=c.count_width)
         self._fifo_depth = 1 << (lane.latency + 5).bit_length()
@@ -87,11 +112,11 @@ class Elementwise(wiring.Component):
                 "count": index_sig["count"].shape,
             })),
             "start": In(1),
-            "table": In(stream.Signature(data.StructLayout({
-                "addr": unsigned(self._addr_width),
-                "scale": members["scale"].shape,
-                "zero_point": members["zero_point"].shape,
-            }))),
+            "table": In(stream.Signature(self._prep.i.payload.shape() if self._prep else
+                                         data.StructLayout({
+                                             "addr": unsigned(self._addr_width),
+                                             "scale": members["scale"].shape,
+                                             "zero_point": members["zero_point"].shape}))),
             "x": In(stream.Signature(data.ArrayLayout(members["x"].shape, c.lanes))),
             "y": Out(stream.Signature(data.StructLayout({
                 "data": self._y_data, "last": unsigned(1)}))),
@@ -115,8 +140,23 @@ class Elementwise(wiring.Component):
 
     @property
     def start_latency(self) -> int:
-        """Cycles from ``start`` until the first ``x`` beat can be accepted."""
-        return self._index.latency
+        """Cycles from ``start`` until the first ``x`` beat can be accepted, ``start`` coming
+        in the cycle after the last table write: the index generator's latency, or the table
+        preparation's if that is longer (the first beat waits until the last entry is in)."""
+        if self._prep is None:
+            return self._index.latency
+        return max(self._index.latency, self._prep.latency)
+
+    @property
+    def table_interval(self) -> int:
+        """Cycles per table write at most (1; more when the entries are prepared as they are
+        written: :attr:`qaccel.rtl.scale_prep.ScalePrep.interval`)."""
+        return self._prep.interval if self._prep else 1
+
+    def load_cycles(self, entries: int) -> int:
+        """Cycles to write ``entries`` table entries and pulse ``start``, the writes back to
+        back as ``table.ready`` allows."""
+        return (entries - 1) * self.table_interval + 2 if entries else 1
 
     @property
     def fifo_depth(self) -> int:
@@ -144,29 +184,91 @@ class Elementwise(wiring.Component):
         for lane in self._lanes:
             m.d.comb += lane.regs.eq(self.regs.lane)
 
-        # -- table: one write port, a read port per lane --------------------------------------
-        entry = data.StructLayout({"scale": self.table.payload.scale.shape(),
-                                   "zero_point": self.table.payload.zero_point.shape()})
-        m.submodules.table = table = memory.Memory(shape=entry, depth=c.table_depth, init=[])
-        wr = table.write_port()
-        m.d.comb += [self.table.ready.eq(1), wr.addr.eq(self.table.payload.addr),
-                     wr.data.scale.eq(self.table.payload.scale),
-                     wr.data.zero_point.eq(self.table.payload.zero_point),
-                     wr.en.eq(self.table.valid)]
-        reads = [table.read_port(transparent_for=(wr,)) for _ in self._lanes]
+        # -- table: one write port (the scale codes, or the prepared entries), a read port per
+        # lane
+        prep = self._prep
+        if prep is not None:
+            m.submodules.prep = prep
+            entry = prep.entry_layout
+        else:
+            entry = data.StructLayout({"scale": self.table.payload.scale.shape(),
+                                       "zero_point": self.table.payload.zero_point.shape()})
+        # the table in columns as wide as one block RAM holds at this depth (no LUTs after
+        # the read data); one write port, a read port per lane
+        bits = Shape.cast(entry).width
+        # with ``ecp5`` and at most 512 entries: DP16KD instances, 36-bit columns, one per
+        # column and lane (a read port each), without the read-during-write bypass Yosys puts
+        # after an inferred block RAM's read data (no read ever meets a write: the table is
+        # written while the unit is idle, or before ``credit`` admits the first beat)
+        cells = self._ecp5 and c.table_depth <= DP16KD_DEPTH
+        col = DP16KD_WIDTH if cells else bram_column_width(c.table_depth)
+        spans = [(lo, min(col, bits - lo)) for lo in range(0, bits, col)]
+        wr = SimpleNamespace(addr=Signal(self._addr_width, name="table_w_addr"),
+                             data=Signal(entry, name="table_w_data"),
+                             en=Signal(name="table_w_en"))
+        columns = []
+        for j, (lo, width) in enumerate(spans):
+            if cells:
+                continue
+            mem = memory.Memory(shape=unsigned(width), depth=c.table_depth, init=[])
+            m.submodules[f"table{j}"] = mem
+            port = mem.write_port()
+            m.d.comb += [port.addr.eq(wr.addr), port.en.eq(wr.en),
+                         port.data.eq(Value.cast(wr.data)[lo:lo + width])]
+            columns.append((mem, port))
+        if prep is not None:
+            wiring.connect(m, wiring.flipped(self.table), prep.i)
+            m.d.comb += [wr.addr.eq(prep.w_addr), wr.data.eq(prep.w_data), wr.en.eq(prep.w_en)]
+            # lane 0's dividend decoder decodes the scales (no x beat enters while prep.busy)
+            lane0 = self._lanes[0]
+            m.d.comb += [lane0.prep_sel.eq(prep.busy), lane0.prep_code.eq(prep.dec_code),
+                         prep.dec_o.eq(lane0.prep_o)]
+        else:
+            m.d.comb += [self.table.ready.eq(1), wr.addr.eq(self.table.payload.addr),
+                         wr.data.scale.eq(self.table.payload.scale),
+                         wr.data.zero_point.eq(self.table.payload.zero_point),
+                         wr.en.eq(self.table.valid)]
+        # (prepared entries are all in before the first read: ``credit`` waits for them; a
+        # read port that is not transparent maps onto the block RAM's output register)
+        reads = []
+        for k in range(len(self._lanes)):
+            if cells:
+                ports = []
+                for j, (lo, width) in enumerate(spans):
+                    cw, cr = dp16kd_sdp(m, depth=c.table_depth, width=width,
+                                        name=f"table{j}_lane{k}")
+                    m.d.comb += [cw.addr.eq(wr.addr), cw.en.eq(wr.en),
+                                 cw.data.eq(Value.cast(wr.data)[lo:lo + width])]
+                    ports.append(cr)
+            else:
+                ports = [mem.read_port(transparent_for=() if prep else (port,))
+                         for mem, port in columns]
+            rd = SimpleNamespace(addr=Signal(self._addr_width, name=f"table_r{k}_addr"),
+                                 en=Signal(init=1, name=f"table_r{k}_en"),
+                                 data=Signal(entry, name=f"table_r{k}_data"))
+            m.d.comb += [Value.cast(rd.data).eq(Cat(*(p.data for p in ports)))]
+            m.d.comb += [p.addr.eq(rd.addr) for p in ports] + [p.en.eq(rd.en) for p in ports]
+            reads.append(rd)
 
         # -- admission: indices and data together, within the credit ---------------------------
         reserved = Signal(range(self._fifo_depth + 1))   # beats in flight or in the FIFO
-        credit = Signal()
-        m.d.comb += credit.eq(reserved < self._fifo_depth)
+        credit = Signal()           # room in the FIFO, and the table's entries all written
+        m.d.comb += credit.eq((reserved < self._fifo_depth) & ~(prep.busy if prep else 0))
         fire = Signal()
         m.d.comb += [
             self.x.ready.eq(index.o.valid & credit),
             index.o.ready.eq(self.x.valid & credit),
             fire.eq(self.x.valid & index.o.valid & credit),
         ]
+        # the table is read ``scale_delay`` cycles after the beat is taken (when the lane
+        # wants its scales); the pipeline never stalls, so the addresses run through a line,
+        # and the table is read every cycle (no enable in the block RAM's output path)
+        scale_delay = getattr(self._lanes[0], "scale_delay", 0)
+        addrs = line(m, Value.cast(index.o.payload.index), scale_delay, "read_addr")
         for k, rd in enumerate(reads):
-            m.d.comb += [rd.addr.eq(index.o.payload.index[k]), rd.en.eq(fire)]
+            m.d.comb += rd.addr.eq(addrs[k * self._addr_width:(k + 1) * self._addr_width])
+            if prep is None:
+                m.d.comb += rd.en.eq(fire)
 
         # -- stages 1-2: table read, registered read data; then the lanes ---------------------
         x1 = Signal.like(self.x.payload, reset_less=True)
@@ -183,6 +285,8 @@ class Elementwise(wiring.Component):
             m.d.sync += entry2.eq(rd.data)
             m.d.comb += [lane.x.eq(x2[k]), lane.scale.eq(entry2.scale),
                          lane.zero_point.eq(entry2.zero_point)]
+            if prep is not None:
+                m.d.comb += lane.recip.eq(entry2.recip)
 
         # -- output FIFO -----------------------------------------------------------------------
         result = Signal(self.y.payload.shape())
@@ -197,5 +301,5 @@ class Elementwise(wiring.Component):
             m.d.sync += reserved.eq(reserved + 1)
         with m.Elif(done & ~fire):
             m.d.sync += reserved.eq(reserved - 1)
-        m.d.comb += self.busy.eq(index.busy | (reserved != 0))
+        m.d.comb += self.busy.eq(index.busy | (reserved != 0) | (prep.busy if prep else 0))
         return m

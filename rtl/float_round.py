@@ -255,7 +255,10 @@ class FloatRound(wiring.Component):
                   sign=t.sign, exp=t.exp, cls=t.cls, fmt=t.fmt, saturate=t.saturate)
         total = Signal(W + 4)
         m.d.comb += total.eq((r.kept + r.inc) & ~r.below)
-        carry = total[W + 1]                                       # rounded up to 2**(exp+1)
+        # rounded up to 2**(exp + 1): total[W + 1], decided without the adder's carry chain
+        # (an increment carries out of bits 0..W when they are all ones), so that the
+        # exponent's increment runs beside the significand's, not after it
+        carry = r.inc & r.kept[:W + 1].all() & ~r.below[W + 1]
         rsig = Signal(W)
         m.d.comb += rsig.eq(total[1:W + 1] | (carry << (W - 1)))
         rexp = Signal(exp_shape)

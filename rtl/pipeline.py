@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Module, Signal, Value, unsigned
+from amaranth.hdl import Const, Module, Signal, Value, unsigned
 from amaranth.lib.memory import Memory
 
-__all__ = ["KEEP_ATTR", "RAM_DELAY_BITS", "choice_index", "delay", "field_width", "line",
-           "local_copy", "signed_width", "stage"]
+__all__ = ["KEEP_ATTR", "RAM_DELAY_BITS", "choice_index", "choose", "delay", "field_width",
+           "line", "local_copy", "signed_width", "stage"]
 
 #: Attribute marking a register that synthesis must keep even where an identical one exists
 #: (:func:`local_copy`; ``qaccel.synth`` sets Yosys's ``keep`` on the flip-flops driving it).
@@ -44,6 +44,23 @@ def choice_index(choices: tuple, choice) -> int:
     return choices.index(choice)
 
 
+def choose(m: Module, sel, values, shape, name: str) -> Value:
+    """Return ``values[sel]`` (the last value for larger ``sel``) as a ``shape`` value: a
+    constant when the values are all equal (so that a build carrying one format folds the
+    selection away), else a signal set by a ``Switch``. (A ``Switch`` with only a default
+    case becomes an ``always @*`` block without inputs in Verilog, which Icarus never runs.)
+    """
+    values = list(values)
+    if len(set(values)) == 1:
+        return Const(values[0], shape)
+    out = Signal(shape, name=name)
+    with m.Switch(sel):
+        for k, v in enumerate(values):
+            with m.Case(k) if k < len(values) - 1 else m.Default():
+                m.d.comb += out.eq(v)
+    return out
+
+
 def delay(m: Module, value, cycles: int, name: str) -> Value:
     """Return ``value`` delayed by ``cycles`` register stages of ``m``'s ``sync`` domain.
 
@@ -63,10 +80,14 @@ def delay(m: Module, value, cycles: int, name: str) -> Value:
 
 def stage(m: Module, registered: bool, name: str, **values) -> SimpleNamespace:
     """Return ``values`` as attributes, through one reset-less register stage if
-    ``registered`` (an optional pipeline stage of a unit with a ``latency`` parameter)."""
+    ``registered`` (an optional pipeline stage of a unit with a ``latency`` parameter);
+    constants pass unregistered."""
     if registered:
         regs = {}
         for key, value in values.items():
+            if isinstance(value, Const):
+                regs[key] = value
+                continue
             reg = Signal(value.shape(), name=f"{name}_{key}", reset_less=True)
             m.d.sync += reg.eq(value)
             regs[key] = reg

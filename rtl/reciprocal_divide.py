@@ -9,6 +9,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigne
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
+from qaccel.model.validate import check_int
 from qaccel.rtl.ecp5 import MULT_WIDTH, registered_product
 from qaccel.rtl.float_divide import QuotientPorts, quotient_class
 from qaccel.rtl.float_unpack import FloatClass
@@ -37,7 +38,8 @@ class _ProductSlice:
 
     ``x`` and ``y`` are cut into 18-bit chunks from bit 0; a chunk pair whose tile lies wholly
     at or above bit ``hi`` is left out, one crossing ``hi`` has its operands cut to the bits
-    below ``hi``. A tile of at most :data:`LUT_TILE_BITS` bit products is built in LUTs:
+    below ``hi``. A tile of at most ``lut_bits`` (default :data:`LUT_TILE_BITS`) bit products
+    is built in LUTs:
     the wider operand and its triple registered, then one registered row per radix-4 digit of
     the narrower (0, 1, 2 or 3 times the wider); any other tile is a
     :func:`~qaccel.rtl.ecp5.registered_product` (a MULT18X18D between registers). The
@@ -50,7 +52,7 @@ class _ProductSlice:
     """
 
     def __init__(self, x_width: int, y_width: int, lo: int, hi: int, extra_width: int = 0,
-                 const: int = 0):
+                 const: int = 0, lut_bits: int = LUT_TILE_BITS):
         self.lo, self.hi, self.extra_width, self.const = lo, hi, extra_width, const
         self.tiles = []                           # (x_lo, x_width, y_lo, y_width, pos, lut)
         for xl in range(0, x_width, MULT_WIDTH):
@@ -60,7 +62,7 @@ class _ProductSlice:
                     continue
                 xw = min(MULT_WIDTH, x_width - xl, hi - pos)
                 yw = min(MULT_WIDTH, y_width - yl, hi - pos)
-                self.tiles.append((xl, xw, yl, yw, pos, xw * yw <= LUT_TILE_BITS))
+                self.tiles.append((xl, xw, yl, yw, pos, xw * yw <= lut_bits))
         self.levels = self._sum(self._terms(None, None, None, None, ""), None, "")[1]
 
     @property
@@ -254,6 +256,11 @@ class ReciprocalDivide(QuotientPorts, wiring.Component):
         Widths of ``a.sig``, ``b.sig`` and ``q.sig``, each in ``[1, MAX_SIG_WIDTH]``.
     exp_width : :class:`int`
         Width of ``a.exp`` and ``b.exp``, in ``[2, MAX_EXP_WIDTH - 2]``.
+    max_dsps : :class:`int` or None
+        At most this many MULT18X18D (a budget, so that many lanes fit a part): the smallest
+        DSP tiles are built in LUTs instead until the rest fit (for the float32 divider, 3
+        moves the 6 x 18 tile of ``a' * r`` into LUT rows). None: the tiles above
+        :data:`LUT_TILE_BITS` bit products are all DSPs.
 
     Raises
     ------
@@ -274,15 +281,26 @@ class ReciprocalDivide(QuotientPorts, wiring.Component):
         The quotient, with its sticky bit.
     """
 
-    def __init__(self, *, a_width: int, b_width: int, q_width: int, exp_width: int):
+    def __init__(self, *, a_width: int, b_width: int, q_width: int, exp_width: int,
+                 max_dsps: int | None = None):
         members = self._quotient_members(a_width=a_width, b_width=b_width, q_width=q_width,
                                          exp_width=exp_width)
+        if max_dsps is not None:
+            check_int("max_dsps", max_dsps, 0)
         n = min(a_width, q_width + b_width)            # width of a'
         w = b_width + 1
-        # q1 = floor((a' * r + 2**n) / 2**n), z = q1 * d - a_low (mod 2**w)
-        self._mul = _ProductSlice(n, q_width + 1, n, n + q_width + 2, const=1 << n)
-        self._back = _ProductSlice(q_width + 2, b_width, 0, w,
-                                   w if q_width + b_width - n < w else 0)
+        lut_bits = LUT_TILE_BITS
+        while True:
+            # q1 = floor((a' * r + 2**n) / 2**n), z = q1 * d - a_low (mod 2**w)
+            self._mul = _ProductSlice(n, q_width + 1, n, n + q_width + 2, const=1 << n,
+                                      lut_bits=lut_bits)
+            self._back = _ProductSlice(q_width + 2, b_width, 0, w,
+                                       w if q_width + b_width - n < w else 0,
+                                       lut_bits=lut_bits)
+            dsp_tiles = [t[1] * t[3] for t in self._mul.tiles + self._back.tiles if not t[-1]]
+            if max_dsps is None or len(dsp_tiles) <= max_dsps:
+                break
+            lut_bits = min(dsp_tiles)                   # the smallest DSP tiles into LUTs
         super().__init__({**members, "r": In(unsigned(q_width + 1))})
 
     @property

@@ -125,11 +125,16 @@ class ElementwiseTB:
         start_clock(dut)
         await reset(dut)
 
-    async def load(self, job: dict) -> None:
-        """Write the table, set the registers, pulse start (inputs change after falling edges)."""
+    async def load(self, job: dict) -> int:
+        """Set the registers, write the table (each entry held until ``table.ready``), pulse
+        start (inputs change after falling edges); return the cycles taken, start included.
+        The registers come first: a unit that prepares its entries as they are written reads
+        the scale format from them."""
         dut = self.dut
         layout = self.params["table_fields"]       # [(name, offset, width)]
         await FallingEdge(dut.clk)                  # (a CycleLoop run ends in ReadOnly)
+        dut.regs.value = job["regs"]
+        cycles = 1
         for entry in job["table"]:
             word = 0
             for (name, offset, width), value in zip(layout, entry, strict=True):
@@ -137,12 +142,17 @@ class ElementwiseTB:
                 word |= value << offset
             dut.table__payload.value = word
             dut.table__valid.value = 1
-            await FallingEdge(dut.clk)
+            while True:                             # ready depends on registers only
+                ready = int(dut.table__ready.value)
+                await FallingEdge(dut.clk)
+                cycles += 1
+                if ready:
+                    break
         dut.table__valid.value = 0
-        dut.regs.value = job["regs"]
         dut.start.value = 1
         await FallingEdge(dut.clk)
         dut.start.value = 0
+        return cycles
 
     async def run_job(self, job: dict, *, capture: bool = False) -> dict:
         """Run one job to completion, then wait until idle: every y beat checked against
@@ -150,7 +160,7 @@ class ElementwiseTB:
         beat (``received``, ``min_latency`` and ``max_latency`` in the result). ``cycles``
         counts from the cycle after ``start`` to the first with ``busy`` low, inclusive;
         ``load_cycles`` the table writes and ``start`` before it."""
-        await self.load(job)
+        load_cycles = await self.load(job)
         self.expected = None if capture and not job["y"] else job["y"]
         n = len(job["x"]) if self.expected is None else len(job["y"])
         self.masks = [(1 << len(self.y.payload)) - 1] * (n - 1) + [job["ymask"]] if n else []
@@ -169,7 +179,7 @@ class ElementwiseTB:
         assert self.sent == len(job["x"]), f"{self.sent} x beats accepted, sent {len(job['x'])}"
         assert len(self.received) == n, f"{len(self.received)} y beats received, expected {n}"
         self.jobs_done += 1
-        result = {"beats": n, "cycles": cycles, "load_cycles": len(job["table"]) + 1,
+        result = {"beats": n, "cycles": cycles, "load_cycles": load_cycles,
                   "seconds": time.perf_counter() - t0, "received": self.received}
         if self.expected is None:
             result["min_latency"], result["max_latency"] = self.latency

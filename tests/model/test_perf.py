@@ -8,15 +8,23 @@ import pytest
 
 from qaccel.model.config import AccelConfig
 from qaccel.model.perf import elementwise_call, nbits_v2_call
+from qaccel.model.presets import preset
+from qaccel.rtl.quantize import Quantize
 
 
 def test_elementwise_call():
     """Per job: table entries + start, the index generator's start latency, one beat per
-    cycle, the unit's latency (the default Quantize unit: start latency 6, latency 113)."""
+    cycle, the unit's latency (the default Quantize unit: latency 113); on
+    the qdq-int8 Quantize unit a table write every 28 cycles and the preparation's latency
+    (34 cycles) before the first beat."""
     c = elementwise_call(AccelConfig(), "quantize", [(16384, 1)])
-    assert (c.start_latency, c.latency) == (6, 113)
-    assert (c.cycles, c.load_cycles, c.beats, c.bound) == (2 + 16384 + 6 + 113, 2, 16384,
+    index = Quantize(AccelConfig())._index.latency
+    assert (c.start_latency, c.latency) == (index, 113)
+    assert (c.cycles, c.load_cycles, c.beats, c.bound) == (2 + 16384 + index + 113, 2, 16384,
                                                            "stream")
+    p = elementwise_call(preset("qdq-int8"), "quantize", [(1000, 10)])
+    assert (p.load_cycles, p.start_latency) == (9 * 28 + 2, 34)
+    assert p.cycles == p.load_cycles + 1000 + 34 + p.latency
     c4 = elementwise_call(AccelConfig(lanes=4), "dequantize", [(105, 7), (1000, 1)])
     assert c4.beats == 27 + 250 and c4.jobs == 2
     assert c4.cycles == 8 + 2 + 277 + 2 * (c4.start_latency + c4.latency)

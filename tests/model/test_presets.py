@@ -50,11 +50,16 @@ def test_unknown_preset():
 
 
 def test_unit_presets():
-    """The Quantize / Dequantize presets: what they carry, and the MX one builds no divider
-    and no casts."""
+    """The Quantize / Dequantize presets: what they carry; the int8 ones divide through
+    prepared reciprocals (the eight-lane one within 24 MULT18X18D), the MX one builds no
+    divider and no casts."""
     from qaccel.rtl.quantize_lane import QuantizeLane
+    from qaccel.rtl.reciprocal_divide import ReciprocalDivide
 
     assert preset("qdq-int8").q_outputs == ("int8",) and preset("qdq-int8-x8").lanes == 8
+    one, eight = (QuantizeLane(preset(n)) for n in ("qdq-int8", "qdq-int8-x8"))
+    assert isinstance(one._div, ReciprocalDivide) and one._div.dsps == 4
+    assert isinstance(eight._div, ReciprocalDivide) and 8 * eight._div.dsps <= 24
     mx = QuantizeLane(preset("qdq-mx"))
-    assert mx._div is None and mx._cast_x is None and preset("qdq-mx").precisions == (
+    assert mx._div is None and mx._op_x._round is None and preset("qdq-mx").precisions == (
         "float32",)

@@ -11,6 +11,7 @@ returned array is the decoded beats (a fake harness), constructor errors.
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -21,6 +22,7 @@ from qaccel import cli
 from qaccel.engine import RTL, RTLMismatchError, RunRecord, example_call
 from qaccel.model.config import AccelConfig
 from qaccel.model.perf import elementwise_call
+from qaccel.model.presets import preset
 from qaccel.sim.runner import missing_simulator
 from tests.model.quant_helpers import assert_bitexact, reference, tid
 from tests.sub_byte_cases import SPECIAL_SCALE, SPECIAL_X, SUB_BYTE, special_case, top_bit_set
@@ -95,8 +97,33 @@ def test_rtl_returns_golden_arrays(rtl, case):
     run = rtl.last_run
     assert run.op == op and run.jobs == 1
     # the performance model's cycles are the RTL's
-    model = elementwise_call(rtl.config, op, [(run.elements, run.load_cycles - 1)])
+    model = elementwise_call(rtl.config, op, [(run.elements, run.table_entries)])
     assert (model.cycles, model.beats, model.latency) == (run.cycles, run.beats, run.latency)
+
+
+@needs("verilator")
+@pytest.mark.parametrize("case", ["per-tensor", "per-axis", "blocked", "split"])
+def test_prepared_scales_cycles(case):
+    """The qdq-int8 preset's Quantize unit prepares each table entry as it is written (one
+    reciprocal unit: a write every 28 cycles): bit-exact, and the performance model's cycles
+    are the RTL's, with one job and with a call split into several."""
+    config = preset("qdq-int8")
+    rtl = RTL(config)
+    kw = {"per-tensor": dict(shape=(7, 40)), "per-axis": dict(shape=(6, 50), axis=0),
+          "blocked": dict(shape=(4, 96), axis=1, block_size=16),
+          "split": dict(shape=(4, 512), axis=1, block_size=1)}[case]
+    args, kwargs = example_call("quantize", seed=3, output_dtype="int8", **kw)
+    if case == "split":
+        rtl = RTL(replace(config, table_depth=256))
+    assert_bitexact(rtl.quantize_linear(*args, **kwargs), qaccel.quantize_linear(*args, **kwargs))
+    run = rtl.last_run
+    unit = rtl._unit("quantize")
+    assert unit.table_interval == 28 and unit.start_latency > unit._index.latency
+    entries = run.table_entries
+    jobs = [(run.elements // run.jobs, entries // run.jobs)] * run.jobs
+    model = elementwise_call(rtl.config, "quantize", jobs)
+    assert (model.cycles, model.load_cycles, model.beats) == (run.cycles, run.load_cycles,
+                                                              run.beats)
 
 
 @needs("verilator")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from qaccel.model.config import AccelConfig
-from qaccel.model.dtypes import FLOAT_TYPES, QTYPES
+from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, SCALE_TYPES
 from qaccel.model.presets import preset
 from qaccel.model.quant import dequantize_linear
 from qaccel.rtl.dequantize_lane import DequantizeLane, dq_scales
@@ -124,13 +124,156 @@ def test_dequantize_lane_errors():
 @requires_verilator
 @pytest.mark.parametrize("name", ["qdq-int8", "qdq-mx"])
 def test_dequantize_lane_presets(name):
-    """The unit presets' lanes build only the stages their types need (no int32: no
-    ``x.astype(float32)`` rounding and no float64 product; a float32-only output: no output
+    """The unit presets' lanes build only the stages their types need (integer inputs only:
+    the integer path; no int32: no float64 product; a float32-only output: no output
     rounding after the product's) and stay exact for every type they carry."""
     lane = DequantizeLane(preset(name))
-    assert lane._round_x is None and lane._round_b is None
-    assert (lane._round_out is None) == (lane.config.dq_outputs == ("float32",))
+    assert lane._round_b is None
+    if lane._int_path:        # integer inputs: one rounding of the exact product, no decode
+        assert lane._imul is not None and lane._mul is None and lane._round_p is None
+        assert (lane._narrow is None) == (lane.config.dq_outputs == ("float32",))
+    else:
+        assert (lane._round_out is None) == (lane.config.dq_outputs == ("float32",))
+    assert lane._int_path == (name == "qdq-int8")
     assert lane.latency < DequantizeLane(CONFIG).latency
     sim = VectorSim(lane, name=f"dequantize_lane_{name.replace('-', '_')}")
     groups = every_type_groups(lane, np.random.default_rng(9))
     assert run_groups(lane, sim, groups) == len(groups.labels) * GROUP
+
+
+#: Every integer input type the integer path carries (int32 takes the general path).
+INT_INPUTS = tuple(t for t in CONFIG.dq_inputs if QTYPES[t].is_int and QTYPES[t].bits <= 16)
+
+
+def stress_scales(name: str, n: int, rng) -> np.ndarray:
+    """``n`` codes of scale type ``name`` spread over every exponent: uniform bit patterns
+    (subnormals, the overflow range, NaN payloads, infinities), then the smallest subnormals,
+    the largest finite values and powers of two at the edges."""
+    if name == "float8e8m0":
+        return rng.integers(0, 256, n).astype(np.uint8).view(SCALE_TYPES[name])
+    dt = FLOAT_TYPES[name]
+    uint = {2: np.uint16, 4: np.uint32}[dt.itemsize]
+    bits = rng.integers(0, 1 << (8 * dt.itemsize), n, dtype=np.uint64).astype(uint)
+    top = 1 << (8 * dt.itemsize - 1)
+    edges = [1, 2, 3, 0x7F, 0x80, 0xFF, top + 1, top - 1]          # subnormals, NaN
+    mbits = {"float32": 23, "float16": 10, "bfloat16": 7}[name]
+    inf = (top - 1) & ~((1 << mbits) - 1)
+    edges += [inf - 1, inf - (1 << mbits), (1 << mbits) - 1, 1 << mbits, (1 << mbits) + 1]
+    bits[:len(edges)] = edges
+    return bits.view(dt)
+
+
+#: Integer-path configurations beside the qdq-int8 preset: every such input type with every
+#: float scale and output type (16-bit differences: the shift after the multiplier); the
+#: sub-byte types with float8e8m0 scales only (a LUT product); 8-bit types with 16-bit
+#: scales (one multiplier slice) and outputs; int16 with float16 scales; the 2-bit types
+#: alone (the narrowest difference).
+INT_CONFIGS = {
+    "int-only": dict(dq_inputs=INT_INPUTS),
+    "int4-e8m0": dict(dq_inputs=("int4", "uint4", "int2", "uint2"), scales=("float8e8m0",)),
+    "int8-half": dict(dq_inputs=("uint8", "int8"), scales=("bfloat16", "float16"),
+                      dq_outputs=("bfloat16", "float16")),
+    "int16-f16": dict(dq_inputs=("int16",), scales=("float16",), dq_outputs=("float32",)),
+    "int2-f32": dict(dq_inputs=("int2", "uint2"), scales=("float32",), dq_outputs=("float32",)),
+}
+
+
+@pytest.mark.sim
+@requires_verilator
+@pytest.mark.parametrize("name", ["qdq-int8", *INT_CONFIGS])
+def test_dequantize_lane_int_path(name):
+    """The integer path (``x`` and the zero point integers of at most 16 bits: one integer
+    subtraction, one multiply, one rounding): every x code against scales over every exponent,
+    subnormal and overflowing products included, for every scale and output type carried."""
+    config = preset(name) if name == "qdq-int8" else AccelConfig(**INT_CONFIGS[name])
+    lane = DequantizeLane(config)
+    assert lane._int_path and lane._dec_x is None and lane._mul is None
+    sim = VectorSim(lane, name=f"dequantize_lane_int_{name.replace('-', '_')}")
+    c = lane.config
+    rng = np.random.default_rng(11)
+    groups = Groups(lane)
+    n = 20000 if name == "qdq-int8" else 4000
+    for xt in c.dq_inputs:
+        for st in dq_scales(c):
+            for out in c.dq_outputs:
+                x = random_x(xt, n, rng)
+                zp = random_x(xt, n, rng)
+                s = stress_scales(st, n, rng)
+                with np.errstate(all="ignore"):
+                    want = dequantize_linear(x, s, zp, axis=0, output_dtype=FLOAT_TYPES[out])
+                fields = {"x_fmt": c.dq_inputs.index(xt), "s_fmt": dq_scales(c).index(st),
+                          "out_fmt": c.dq_outputs.index(out), "use_zp": 1, "wide": 0}
+                groups.add(f"{xt} x {st} -> {out}", fields, x, s, zp, want)
+    assert run_groups(lane, sim, groups) == len(groups.labels) * n
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_dequantize_lane_int8_every_difference():
+    """qdq-int8: every difference ``x - zero_point`` (-255 .. 255: every x with the zero points
+    -128, 0 and 127) times float32 scales of every exponent field (0 .. 255), both signs, with
+    the mantissas 0, 1, 2, all ones and four random ones: 3 x 256 x 4,096 products, subnormal,
+    overflowing, infinite and NaN ones included."""
+    lane = DequantizeLane(preset("qdq-int8"))
+    sim = VectorSim(lane, name="dequantize_lane_int_qdq_int8")
+    rng = np.random.default_rng(12)
+    mants = np.concatenate([[0, 1, 2, (1 << 23) - 1], rng.integers(3, (1 << 23) - 1, 4)])
+    exps = np.arange(256)
+    s_bits = ((np.arange(2)[:, None, None] << 31) | (exps[None, :, None] << 23)
+              | mants[None, None, :]).ravel().astype(np.uint32)
+    x = np.arange(-128, 128).astype(np.int8)
+    groups = Groups(lane)
+    for zp in (-128, 0, 127):
+        xs = np.repeat(x, s_bits.size)
+        s = np.tile(s_bits, x.size).view(np.float32)
+        zps = np.full(xs.size, zp, np.int8)
+        with np.errstate(all="ignore"):
+            want = dequantize_linear(xs, s, zps, axis=0, output_dtype=np.float32)
+        groups.add(f"zp={zp}", {"x_fmt": 0, "s_fmt": 0, "out_fmt": 0, "use_zp": 1, "wide": 0},
+                   xs, s, zps, want)
+    assert run_groups(lane, sim, groups) == 3 * 256 * s_bits.size
+
+
+def int32_edges(rng) -> np.ndarray:
+    """int32 values where ``x.astype(float32)`` rounds: ties to even and odd at every
+    rounding position (25 to 32 significant bits), their neighbours, both signs, the ends of
+    the range and powers of two."""
+    vals = []
+    for k in range(1, 9):                       # bits dropped: 1 .. 8
+        top = rng.integers(1 << 23, 1 << 24, 64, dtype=np.int64)
+        top = top[(top << k) < (1 << 31)] if k == 8 else top
+        half = 1 << (k - 1)
+        for t in top:
+            base = int(t) << k
+            vals += [base + half, base + half - 1, base + half + 1, base, base + (1 << k) - 1]
+    vals += [2**31 - 1, 2**31 - 64, 2**31 - 65, 2**31 - 128, 2**31 - 129, 2**24, 2**24 + 1,
+             2**24 + 3, 2**25 + 2, 2**25 + 6, 2**30, 2**30 + 2**6]
+    v = np.array(vals, np.int64)
+    v = np.concatenate([v, -v, [-2**31, -2**31 + 1, 0, 1, -1]])
+    return v[(v >= -2**31) & (v < 2**31)].astype(np.int32)
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_dequantize_lane_int32_rounding(lane_sim):
+    """The general path's int32 ``x``: rounded to float32 before the zero point is taken off
+    (an integer rounding in IntDiff), at every rounding position, ties included, with and
+    without a zero point, to every output type."""
+    lane, sim = lane_sim
+    c = lane.config
+    rng = np.random.default_rng(13)
+    x = int32_edges(rng)
+    n = x.size
+    groups = Groups(lane)
+    for out in c.dq_outputs:
+        for zp in (None, np.zeros(n, np.int32), random_x("int32", n, rng),
+                   rng.integers(-300, 300, n).astype(np.int32)):
+            s = np.where(rng.random(n) < 0.5, np.float32(1),
+                         random_scale("float32", n, rng)).astype(np.float32)
+            with np.errstate(all="ignore"):
+                want = dequantize_linear(x, s, zp, axis=0, output_dtype=FLOAT_TYPES[out])
+            fields = {"x_fmt": c.dq_inputs.index("int32"), "s_fmt": dq_scales(c).index("float32"),
+                      "out_fmt": c.dq_outputs.index(out), "use_zp": int(zp is not None),
+                      "wide": int(zp is not None)}
+            groups.add(f"int32 -> {out} zp={zp is not None}", fields, x, s, zp, want)
+    assert run_groups(lane, sim, groups) == len(groups.labels) * n

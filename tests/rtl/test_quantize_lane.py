@@ -18,10 +18,12 @@ from qaccel.model.dml import dml_quantize_linear
 from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, SCALE_TYPES
 from qaccel.model.quant import division_dtype, quantize_linear
 from qaccel.rtl.quantize_lane import QuantizeLane
+from qaccel.rtl.significand_round import SignificandRound
 from qaccel.sim.runner import missing_simulator
 from qaccel.sim.vectors import VectorSim
 
 from .lane_groups import Groups, random_e8m0, run_groups
+from .prepared_lane import PreparedLane
 
 requires_verilator = pytest.mark.skipif(missing_simulator("verilator") is not None,
                                         reason=missing_simulator("verilator") or "")
@@ -31,6 +33,14 @@ DTYPES = {**FLOAT_TYPES, **SCALE_TYPES, "int32": np.dtype(np.int32)}
 #: Every input, output and precision with float8e8m0 scales only: the lane without a divider.
 MX_CONFIG = AccelConfig(scales=("float8e8m0",),
                         precisions=("float32", "float16", "bfloat16", "float64"))
+
+#: Every format with prepared scales: the reciprocal divider (int32's float64 division too).
+RECIP_CONFIG = AccelConfig(reciprocal_units=1)
+#: Integer outputs only: the quotient rounded by SignificandRound (no subnormals, no overflow)
+#: instead of FloatRound, with either divider.
+INT_OUTPUTS = tuple(t for t in AccelConfig().q_outputs if QTYPES[t].is_int)
+INT_CONFIGS = {"array": AccelConfig(q_outputs=INT_OUTPUTS),
+               "prepared": AccelConfig(q_outputs=INT_OUTPUTS, reciprocal_units=1)}
 
 GROUP = 1500
 
@@ -127,7 +137,8 @@ def precision_groups(lane: QuantizeLane, rng) -> Groups:
     for xt in c.q_inputs:
         for st in c.scales:
             for prec in (p for p in c.precisions if p != "float64"):
-                for out in ("int8", "uint4", "int16", "float8e4m3fn", "float4e2m1"):
+                for out in (o for o in ("int8", "uint4", "int16", "float8e4m3fn", "float4e2m1")
+                            if o in c.q_outputs):
                     s = random_scale(st, GROUP // 3, rng)
                     x = random_x(xt, GROUP // 3, s, rng)
                     zp = random_zp(out, GROUP // 3, rng)
@@ -176,12 +187,8 @@ def test_quantize_lane_e8m0_only():
     assert run_groups(*sim, groups) == len(groups.labels) * (GROUP // 3)
 
 
-@pytest.mark.sim
-@requires_verilator
-def test_quantize_lane_dml(lane_sim):
+def dml_groups(lane, rng) -> Groups:
     """DirectML's quantize: float32 division (int32 input rounded to float32 first)."""
-    lane, _ = lane_sim
-    rng = np.random.default_rng(3)
     groups = Groups(lane)
     for xt in ("float32", "float16", "int32"):
         st = "float32" if xt == "int32" else xt
@@ -195,7 +202,77 @@ def test_quantize_lane_dml(lane_sim):
                 regs = {"x": xt, "s": st, "prec": "float32", "cast": 1, "out": out}
                 groups.add(f"DML {xt} -> {out} zp={with_zp}", fields(lane.config, regs), x, s,
                            zp if zp is not None else np.zeros(GROUP, QTYPES[out].dtype), want)
+    return groups
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_quantize_lane_dml(lane_sim):
+    """DirectML's quantize: float32 division (int32 input rounded to float32 first)."""
+    groups = dml_groups(lane_sim[0], np.random.default_rng(3))
     assert run_groups(*lane_sim, groups) == len(groups.labels) * GROUP
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_quantize_lane_prepared_scales():
+    """The lane of ``reciprocal_units > 0``: scales decoded and cast when the table is written,
+    the division a multiply by the reciprocal with an exact correction. Every x, scale and
+    output type, saturate, every precision and DirectML, as for the default lane."""
+    lane = QuantizeLane(RECIP_CONFIG)
+    assert lane._op_s is None and lane.scale_delay > 0
+    wrapped = PreparedLane(lane)
+    sim = (wrapped, VectorSim(wrapped, name="quantize_lane_prepared"))
+    rng = np.random.default_rng(6)
+    groups = every_type_groups(wrapped, rng)
+    assert run_groups(*sim, groups) == len(groups.labels) * GROUP
+    groups = precision_groups(wrapped, rng)
+    assert run_groups(*sim, groups) == len(groups.labels) * (GROUP // 3)
+    groups = dml_groups(wrapped, rng)
+    assert run_groups(*sim, groups) == len(groups.labels) * GROUP
+
+
+def range_edge_groups(lane, rng) -> Groups:
+    """Quotients where SignificandRound and FloatRound differ: at float16's and bfloat16's
+    overflow threshold (65520 rounds to inf in float16, to 65536 unbounded) and across the
+    subnormal ranges, for the 16-bit outputs that reach them, with and without a zero
+    point."""
+    groups = Groups(lane)
+    c = lane.config
+    edges = np.array([65503.9, 65504, 65504.1, 65519.9, 65520, 65520.1, 65535.4, 65535.5,
+                      65536, 70000, 3.0e38, 3.4e38, 2.0**-14, 2.0**-24, 2.0**-25, 2.0**-126,
+                      2.0**-149, 0.25, 0.4999, 0.5, 0.5001, 1.5, 2.5])
+    q = np.concatenate([edges, -edges, rng.uniform(6e4, 7e4, 200), 2.0 ** rng.uniform(
+        -30, -10, 200)])
+    for prec in (p for p in ("float16", "bfloat16", "float32") if p in c.precisions):
+        for out in ("uint16", "int16", "uint8"):
+            s = np.exp2(rng.integers(-4, 4, q.size)).astype(np.float32)
+            x = (q * s).astype(np.float32)
+            zp = random_zp(out, q.size, rng)
+            zp[: q.size // 2] = 0
+            with np.errstate(all="ignore"):
+                want = quantize_linear(x, s, zp, axis=0, precision=FLOAT_TYPES[prec])
+            regs = {"x": "float32", "s": "float32", "prec": prec, "cast": 1, "out": out}
+            groups.add(f"edges precision={prec} -> {out}", fields(c, regs), x, s, zp, want)
+    return groups
+
+
+@pytest.mark.sim
+@requires_verilator
+@pytest.mark.parametrize("divider", list(INT_CONFIGS))
+def test_quantize_lane_int_outputs(divider):
+    """A lane with integer outputs only rounds the quotient with SignificandRound (a shorter
+    lane): exact for every x and scale type, every precision, DirectML, and the quotients at
+    the precisions' overflow and subnormal edges."""
+    lane = QuantizeLane(INT_CONFIGS[divider])
+    assert isinstance(lane._round_q, SignificandRound)
+    assert lane.latency < QuantizeLane(CONFIG).latency
+    unit = PreparedLane(lane) if divider == "prepared" else lane
+    sim = (unit, VectorSim(unit, name=f"quantize_lane_int_{divider}"))
+    rng = np.random.default_rng(7)
+    for make in (every_type_groups, precision_groups, dml_groups, range_edge_groups):
+        groups = make(unit, rng)
+        assert run_groups(*sim, groups) == sum(n for _, _, n in groups.labels)
 
 
 def test_quantize_lane_config_type():
@@ -209,7 +286,7 @@ def test_quantize_lane_small_config():
     small = QuantizeLane(AccelConfig(q_inputs=("float32",), scales=("float32",),
                                      q_outputs=("int8", "uint8")))
     assert small.latency < QuantizeLane(CONFIG).latency
-    assert small._cast_x is None and QuantizeLane(CONFIG)._cast_x is not None
+    assert small._op_x._round is None and QuantizeLane(CONFIG)._op_x._round is not None
 
 
 @pytest.mark.sim
@@ -218,7 +295,7 @@ def test_quantize_lane_without_casts():
     """float32 x over float32 or float8e8m0 scales, every output: no cast units (the
     ``precision`` attribute float32 and DirectML's cast are the identity), still exact."""
     lane = QuantizeLane(AccelConfig(q_inputs=("float32",), scales=("float32", "float8e8m0")))
-    assert lane._cast_x is None and lane.config.precisions == ("float32",)
+    assert lane._op_x._round is None and lane.config.precisions == ("float32",)
     sim = (lane, VectorSim(lane, name="quantize_lane_castless"))
     rng = np.random.default_rng(5)
     groups = every_type_groups(lane, rng)

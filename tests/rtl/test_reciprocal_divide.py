@@ -38,7 +38,10 @@ from .wide_np import INF, NAN, NORM, SUB, ZERO, concat, describe, specials
 
 #: ReciprocalDivide instances of the shared build: the Quantize lane's float32 divider, then
 #: FloatDivide's test units (float16, bfloat16, int32 / float64 and mixed widths).
-DIVIDERS = {"lane": dict(a_width=24, b_width=24, q_width=26, exp_width=10)} | {
+LANE = dict(a_width=24, b_width=24, q_width=26, exp_width=10)
+#: ... also within DSP budgets: three MULT18X18D (the qdq-int8-x8 preset's), none.
+DIVIDERS = {"lane": LANE, "lane_dsp3": LANE | {"max_dsps": 3},
+            "lane_dsp0": LANE | {"max_dsps": 0}} | {
     key: {k: v for k, v in params.items() if k != "bits_per_stage"}
     for key, (params, _) in UNITS.items()}
 
@@ -244,7 +247,8 @@ def test_divide_significands_exhaustive(divider_bank):
 @pytest.mark.sim
 @requires_verilator
 def test_divide_float32(divider_bank):
-    """The Quantize lane's divider (24 / 24 bits, 26-bit quotient, 10-bit exponents): FloatDivide's
+    """The Quantize lane's divider (24 / 24 bits, 26-bit quotient, 10-bit exponents; with 4, 3
+    and no MULT18X18D): FloatDivide's
     >= 1M float32 pairs (overflow, underflow, subnormal operands, exact and half-integer
     quotients, specials of both signs), 200k random significand pairs with exponents over the
     whole field, edge significand pairs, every pair of specials."""
@@ -261,8 +265,10 @@ def test_divide_float32(divider_bank):
     assert wa["sig"].size >= 1_200_000
     kinds = [np.isin(w["cls"], [c]).sum() for w in (wa, wb) for c in (ZERO, INF, NAN, SUB)]
     assert min(kinds) > 1000
-    wall = run_dividers(divider_bank, {"lane": (wa, wb)})
+    wall = run_dividers(divider_bank, {"lane": (wa, wb), "lane_dsp3": (wa, wb),
+                                       "lane_dsp0": (wa, wb)})
     print(f"\n{wa['sig'].size} vectors, {wall['lane']:.1f} s")
+    assert [divider_bank[1][k].dsps for k in ("lane", "lane_dsp3", "lane_dsp0")] == [4, 3, 0]
 
 
 @pytest.mark.sim

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from qaccel.model.config import AccelConfig
+from qaccel.model.presets import preset
 from qaccel.rtl.dequantize import Dequantize
 from qaccel.rtl.quantize import Quantize
 from qaccel.sim.elementwise_sim import run_elementwise
@@ -111,6 +112,47 @@ def test_quantize_lanes(lanes):
     rng = np.random.default_rng(20 + lanes)
     jobs = quantize_matrix(unit, rng, shape=(3, 5, 7)) + dml_matrix(unit, rng)
     check(run_elementwise(unit, jobs, name=f"quantize_l{lanes}"), jobs, "verilator")
+
+
+#: Prepared scales (the reciprocal divider), two lanes and two reciprocal units taking the
+#: table entries in turn; float8e8m0 scales too, which lane 0's decoder then carries beside
+#: the input types.
+PREPARED_Q = AccelConfig(lanes=2, reciprocal_units=2,
+                         **(SMALL_Q | {"scales": ("float32", "float16", "float8e8m0")}))
+
+
+@pytest.mark.parametrize("simulator", [
+    pytest.param("verilator", marks=needs("verilator")),
+    pytest.param("icarus", marks=needs("icarus"))])
+def test_quantize_prepared_scales(simulator):
+    """Table entries prepared as they are written (``table.ready`` back-pressures the
+    writes), on both simulators: every type pair and granularity on Verilator, a subset on
+    Icarus."""
+    unit = Quantize(PREPARED_Q)
+    assert unit.table_interval == 14
+    rng = np.random.default_rng(25)
+    jobs = quantize_matrix(unit, rng, shape=(3, 5, 7)) + dml_matrix(unit, rng)
+    if simulator == "icarus":
+        jobs = jobs[::9]
+    check(run_elementwise(unit, jobs, name="quantize_prepared", simulator=simulator,
+                          watchdog=3000), jobs, simulator)
+
+
+@pytest.mark.parametrize("simulator", [
+    pytest.param("verilator", marks=needs("verilator")),
+    pytest.param("icarus", marks=needs("icarus"))])
+@pytest.mark.parametrize("op", ["quantize", "dequantize"])
+def test_qdq_int8_preset(op, simulator):
+    """The ``qdq-int8`` preset's units (prepared scales and SignificandRound in the
+    Quantize lane; the integer path in the Dequantize lane) on both simulators."""
+    unit = (Quantize if op == "quantize" else Dequantize)(preset("qdq-int8"))
+    rng = np.random.default_rng(27)
+    if op == "quantize":
+        jobs = quantize_matrix(unit, rng, shape=(3, 5, 7)) + dml_matrix(unit, rng)
+    else:
+        jobs = dequantize_matrix(unit, rng, shape=(3, 5, 7))
+    check(run_elementwise(unit, jobs, name=f"{op}_qdq_int8", simulator=simulator,
+                          watchdog=3000), jobs, simulator)
 
 
 @needs("verilator")
