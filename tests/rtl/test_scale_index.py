@@ -1,7 +1,11 @@
 # amaranth: UnusedElaboratable=no
 """ScaleIndex against model.indexing.run_indices: hundreds of layouts through Verilator
-(qaccel.sim.vectors, one build with lanes 1, 2, 4, 8), back-pressure, restarts and latency in
-Amaranth's simulator; the register helper and parameter errors.
+(qaccel.sim.vectors, one build with lanes 1, 2, 4, 8), and register values beyond those of
+index_registers (size 1 dimensions anywhere, blocks as long as or longer than their
+dimension, blocks in several dimensions, dimensions shorter than a beat, sizes and blocks
+around the generator's internal thresholds, indices that wrap) against a direct model;
+back-pressure, restarts and latency in Amaranth's simulator; the register helper and
+parameter errors.
 
 Both simulators produce a per-cycle trace (start, ready, valid, payload, busy) that one
 checker splits into jobs: the beats transferred after a ``start`` (up to and including the
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pytest
@@ -20,7 +25,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from qaccel.model.indexing import broadcast_layout, run_indices, scale_layout
+from qaccel.model.indexing import ScaleLayout, broadcast_layout, run_indices, scale_layout
 from qaccel.rtl.scale_index import ScaleIndex, index_registers
 from qaccel.sim.runner import missing_simulator
 from qaccel.sim.vectors import ComponentBank, VectorSim, join_fields, split_fields
@@ -89,8 +94,93 @@ def vector_layouts() -> list:
     return out
 
 
+@dataclass(frozen=True)
+class RawJob:
+    """A job given by its register values (``sizes``, ``strides``, ``blocks`` innermost first,
+    ``max_dims`` of each, and ``count``): any configuration the contract allows, not only
+    those :func:`index_registers` makes. :meth:`indices` is a direct model of the contract."""
+
+    sizes: tuple
+    strides: tuple
+    blocks: tuple
+    count: int
+    index_width: int = 20
+
+    @property
+    def size(self) -> int:
+        """Elements of the job (as ScaleLayout.size)."""
+        return self.count
+
+    def registers(self) -> dict:
+        return {"size": self.sizes, "stride": self.strides, "block": self.blocks,
+                "count": self.count}
+
+    @cached_property
+    def indices(self) -> np.ndarray:
+        """``sum_d stride[d] * (i_d // block[d]) mod 2**index_width``, element by element;
+        the outermost dimension does not wrap."""
+        rest, total = np.arange(self.count, dtype=np.int64), 0
+        for d, (n, st, b) in enumerate(zip(self.sizes, self.strides, self.blocks, strict=True)):
+            i = rest if d == len(self.sizes) - 1 else rest % n
+            rest = rest // max(n, 1)
+            total = total + st * (i // b)
+        return np.asarray(total, np.int64) % (1 << self.index_width)
+
+
+def job_registers(dut: ScaleIndex, job) -> dict:
+    return dut.registers(job) if isinstance(job, ScaleLayout) else job.registers()
+
+
+def job_indices(job) -> np.ndarray:
+    return run_indices(job).ravel() if isinstance(job, ScaleLayout) else job.indices
+
+
+def describe(job) -> str:
+    if isinstance(job, ScaleLayout):
+        return f"{job.kind} {job.x_shape}, collapsed {job.sizes_c} / {job.strides_c} / " \
+               f"{job.blocks_c}"
+    return f"registers {job.sizes} / {job.strides} / {job.blocks}, count {job.count}"
+
+
+#: Register values index_registers does not make, for 4 dimensions and 20-bit indices (the
+#: outermost size is not used).
+RAW_JOBS = [
+    RawJob((1, 1, 1, 0), (5, 7, 11, 1), (1, 1, 1, 3), 40),        # every dimension wraps,
+    RawJob((1, 6, 1, 0), (3, 1, 9, 10), (1, 4, 1, 2), 50),        # from the first element on
+    RawJob((1, 1, 1, 0), (1, 1, 1, 1), (1, 1, 1, 1), 1),
+    RawJob((2, 1, 3, 0), (1, 0, 2, 6), (1, 1, 3, 1), 97),
+    RawJob((6, 4, 3, 0), (1, 2, 3, 5), (6, 4, 3, 7), 300),        # block = size
+    RawJob((5, 4, 3, 0), (2, 3, 4, 5), (7, 9, 100, 1), 120),      # block > size
+    RawJob((7, 5, 3, 0), (1, 4, 9, 20), (2, 3, 2, 4), 315),       # blocks in every dimension
+    RawJob((3, 2, 2, 0), (1, 3, 7, 13), (2, 1, 2, 3), 200),       # dimensions shorter than
+    RawJob((2, 3, 2, 0), (5, 1, 2, 3), (2, 2, 1, 2), 150),        # a beat
+    RawJob((3, 4, 2, 0), (1, 3, 12, 24), (1, 1, 1, 7), 1000),     # count past the tensor
+    RawJob((9, 7, 1, 0), (1 << 19, 3 << 18, 12345, 999), (2, 3, 1, 5), 500),  # wrapping sums
+    RawJob((31, 32, 33, 0), (1, 2, 3, 4), (16, 17, 8, 9), 3000),  # around 2**k thresholds
+    RawJob((8, 16, 15, 0), (3, 1, 2, 5), (8, 3, 16, 32), 2000),
+    RawJob((4, 8, 32, 0), (1, 1, 1, 1), (4, 9, 33, 2), 1100),
+    RawJob((65535, 2, 2, 0), (1, 2, 3, 4), (65535, 1, 2, 1), 300),  # widest size and block
+    RawJob((65535, 2, 2, 0), (1, 2, 3, 4), (65534, 1, 2, 65535), 200),
+    RawJob((5, 3, 2, 0), (1, 5, 15, 30), (1, 1, 1, 1), 0),        # nothing
+]
+
+
+def random_raw_job(rng: np.random.Generator) -> RawJob:
+    """Sizes and blocks around the thresholds of 1, 2, 4 and 8 lanes, random strides."""
+    sizes = [int(rng.choice([1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33])) for _ in range(3)]
+    blocks = [int(rng.choice([1, 2, 3, 4, 7, 8, 9, 16, 33, n, n + 1])) for n in sizes]
+    blocks.append(int(rng.choice([1, 2, 3, 5, 8, 17])))
+    strides = [int(x) for x in rng.integers(0, 1 << 20, 4)]
+    return RawJob((*sizes, 0), tuple(strides), tuple(blocks), int(rng.integers(0, 1500)))
+
+
 # ---------------------------------------------------------------------------------------------
 # Traces and the checker
+
+
+def expected_latency(lanes: int, max_dims: int) -> int:
+    """The documented latency: 3 for one lane, else ``2 * lanes + max_dims + 6``."""
+    return 3 if lanes == 1 else 2 * lanes + max_dims + 6
 
 
 def job_cycles(count: int, dut: ScaleIndex) -> int:
@@ -134,11 +224,10 @@ def check_trace(trace: dict, jobs: list, dut: ScaleIndex) -> int:
         s = starts[j]
         e = starts[j + 1] + 1 if j + 1 < len(jobs) else n
         cyc = s + 1 + np.flatnonzero(transfer[s + 1:e])
-        want = run_indices(layout).ravel()
+        want = job_indices(layout)
         count = want.size
         beats = -(-count // lanes)
-        what = f"job {j} (start at cycle {s}, {layout.kind} {layout.x_shape}, collapsed " \
-               f"{layout.sizes_c} / {layout.strides_c} / {layout.blocks_c}, lanes {lanes})"
+        what = f"job {j} (start at cycle {s}, {describe(layout)}, lanes {lanes})"
         assert len(cyc) <= beats, f"{what}: {len(cyc)} beats, expected {beats}"
         if complete:
             assert len(cyc) == beats, f"{what}: {len(cyc)} beats, expected {beats}"
@@ -208,7 +297,7 @@ def run_bank(bank, schedule: dict[int, list]) -> dict[int, dict]:
         dut, key = units[lanes], f"l{lanes}"
         lengths = [c for _, c in jobs]
         pad = n - sum(lengths)
-        regs = [dut.registers(layout) for layout, _ in jobs]
+        regs = [job_registers(dut, layout) for layout, _ in jobs]
         for name in CONFIG:
             layout = dut.signature.members[name].shape
             bits = join_fields({d: np.array([r[name][d] for r in regs], np.uint64)
@@ -241,7 +330,7 @@ def run_bank(bank, schedule: dict[int, list]) -> dict[int, dict]:
 def test_scale_index_layouts(bank):
     """Every layout of :func:`vector_layouts` (about 400) on lanes 1, 2, 4, 8, back to back
     in one run: the index sequence is run_indices(layout).ravel(), the first beat
-    ``latency`` (6) cycles after start, one beat per cycle, ``last`` on the final beat,
+    ``latency`` cycles after start, one beat per cycle, ``last`` on the final beat,
     ``busy`` until it."""
     layouts = vector_layouts()
     assert len(layouts) >= 300
@@ -254,7 +343,7 @@ def test_scale_index_layouts(bank):
     total = 0
     for lanes, trace in traces.items():
         lat = units[lanes].latency
-        assert lat == 6
+        assert lat == expected_latency(lanes, 4)
         total += check_trace(trace, [(lay, True) for lay in layouts], units[lanes])
         # One beat per cycle: each job's beats fill the cycles from start + latency on.
         valid = np.asarray(trace["valid"], bool)
@@ -303,6 +392,33 @@ def test_scale_index_long_outer_dimension(bank):
             sum(lay.size for lay in layouts)
 
 
+def test_raw_model_matches_run_indices():
+    """The direct model of :class:`RawJob` agrees with run_indices on the registers of
+    every layout of :func:`vector_layouts`."""
+    for lay in vector_layouts():
+        regs = index_registers(lay, max_dims=4)
+        job = RawJob(regs["size"], regs["stride"], regs["block"], regs["count"])
+        assert np.array_equal(job.indices, run_indices(lay).ravel()), describe(lay)
+
+
+@pytest.mark.sim
+@requires_verilator
+def test_scale_index_raw_registers(bank):
+    """Register values index_registers does not make (:data:`RAW_JOBS` and 80 random ones),
+    against the contract's formula: size 1 dimensions anywhere (every dimension wrapping
+    from the first element on), blocks as long as or longer than their dimension and in
+    several dimensions, dimensions shorter than a beat, sizes and blocks around 8, 16, 32,
+    the widest size and block, a count past the tensor, sums that wrap, count 0."""
+    rng = np.random.default_rng(3)
+    jobs = RAW_JOBS + [random_raw_job(rng) for _ in range(80)]
+    units = bank[1]
+    schedule = {lanes: [(job, job_cycles(job.count, unit)) for job in jobs]
+                for lanes, unit in units.items()}
+    for lanes, trace in run_bank(bank, schedule).items():
+        assert check_trace(trace, [(job, True) for job in jobs], units[lanes]) == \
+            sum(job.count for job in jobs)
+
+
 # ---------------------------------------------------------------------------------------------
 # Amaranth simulator: latency, back-pressure, restarts (one simulation per lane count)
 
@@ -315,7 +431,7 @@ def simulate(dut: ScaleIndex, starts: dict[int, object], ready: list[bool]) -> d
     async def testbench(ctx):
         for c, rdy in enumerate(ready):
             if c in starts:
-                regs = dut.registers(starts[c])
+                regs = job_registers(dut, starts[c])
                 for name in CONFIG:
                     for d in range(dut.max_dims):
                         ctx.set(getattr(dut, name)[d], regs[name][d])
@@ -346,6 +462,8 @@ SMALL_LAYOUTS = [
     scale_layout((13,), (), 0, 0),
     blocked((12, 4), 0, 4),                      # blocked outermost dimension
     broadcast_layout((3, 1, 2, 5), (3, 1, 1, 5)),
+    RAW_JOBS[1],                                 # size 1 dimensions, several blocks
+    RAW_JOBS[7],                                 # dimensions shorter than a beat
 ]
 #: Layouts of the restart phase: a is cut while streaming, again while its beat is stalled
 #: (by b), b in its set-up cycle (by c); c runs to the end.
@@ -421,11 +539,11 @@ def run(request) -> Run:
 
 
 def test_scale_index_latency(run):
-    """The first beat comes ``latency`` (max_dims + 2 = 6) cycles after start, then one per
+    """The first beat comes ``latency`` cycles after start (as documented), then one per
     cycle; busy from the cycle after start to the last beat; count 0 emits nothing."""
     trace, phase = run.phase("latency")
     dut, lat = run.dut, run.dut.latency
-    assert lat == 6
+    assert lat == expected_latency(dut.lanes, 4)
     assert check_trace(trace, phase.jobs, dut) == phase.jobs[0][0].size
     beats = -(-phase.jobs[0][0].size // dut.lanes)
     assert np.flatnonzero(trace["valid"]).tolist() == list(range(2 + lat, 2 + lat + beats))
@@ -443,9 +561,11 @@ def test_scale_index_backpressure(run):
     lat = run.dut.latency
     assert check_trace(trace, phase.jobs, run.dut) == sum(lay.size for lay, _ in phase.jobs)
     valid = np.asarray(trace["valid"], bool)
+    streaming = np.zeros(len(valid), bool)     # cycles with a beat to offer (ready random)
     for s, end in zip(np.flatnonzero(trace["start"]), phase.ends, strict=True):
         assert valid[s + lat:end + 1].all() and not valid[end + 1:end + 3].any()
-    assert 0.3 < np.mean(trace["ready"]) < 0.9
+        streaming[s + lat:end + 1] = True
+    assert 0.3 < np.mean(np.asarray(trace["ready"], bool)[streaming]) < 0.9
 
 
 def test_scale_index_restart(run):
@@ -473,7 +593,7 @@ def test_scale_index_few_dims(lanes, max_dims):
         starts[t] = lay
         t += job_cycles(lay.size, dut)
     trace = simulate(dut, starts, [True] * t)
-    assert dut.latency == max_dims + 2
+    assert dut.latency == expected_latency(lanes, max_dims)
     assert check_trace(trace, [(lay, True) for lay in layouts], dut) == \
         sum(lay.size for lay in layouts)
 
@@ -536,7 +656,7 @@ def test_scale_index_members():
     assert payload["last"].shape.width == 1
     assert (dut.lanes, dut.max_dims, dut.size_width, dut.index_width, dut.count_width) == \
         (4, 3, 12, 24, 20)
-    assert dut.latency == 5
+    assert dut.latency == expected_latency(4, 3)
     with pytest.raises(AttributeError):
         dut.latency = 2
 
