@@ -21,10 +21,10 @@ class PreparedLane(wiring.Component):
     ``y`` in the same cycles, :attr:`latency` cycles from inputs to ``y``."""
 
     def __init__(self, lane: QuantizeLane):
-        assert lane.scale_prep(1) is not None, "the lane must take prepared scales"
+        prep = lane.scale_prep(1)
+        assert prep is not None, "the lane must take prepared scales"
         self.lane = lane
         self.config = lane.config
-        prep = lane.scale_prep(1)
         c = lane.config
         self._op = OperandCast(c.scales, casts=lane._casts, cast=lane._cast_needed,
                                sig_width=lane._sig, exp_width=lane._exp)

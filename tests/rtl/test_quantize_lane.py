@@ -179,12 +179,17 @@ def test_quantize_lane_e8m0_only():
     than the default lane, and is exact for every x and output type, saturate and precision."""
     lane = QuantizeLane(MX_CONFIG)
     assert lane._div is None and lane.latency < QuantizeLane(CONFIG).latency
-    sim = (lane, VectorSim(lane, name="quantize_lane_e8m0"))
-    rng = np.random.default_rng(4)
-    groups = every_type_groups(lane, rng)
-    assert run_groups(*sim, groups) == len(groups.labels) * GROUP
-    groups = precision_groups(lane, rng)
-    assert run_groups(*sim, groups) == len(groups.labels) * (GROUP // 3)
+    check_groups(lane, "quantize_lane_e8m0", 4, (every_type_groups, precision_groups))
+
+
+def check_groups(unit, name: str, seed: int, makers) -> None:
+    """Build ``unit`` (a lane, or a PreparedLane) as ``name`` and run the groups each of
+    ``makers`` makes for it; every element of every group is checked."""
+    sim = (unit, VectorSim(unit, name=name))
+    rng = np.random.default_rng(seed)
+    for make in makers:
+        groups = make(unit, rng)
+        assert run_groups(*sim, groups) == sum(n for _, _, n in groups.labels)
 
 
 def dml_groups(lane, rng) -> Groups:
@@ -221,15 +226,8 @@ def test_quantize_lane_prepared_scales():
     output type, saturate, every precision and DirectML, as for the default lane."""
     lane = QuantizeLane(RECIP_CONFIG)
     assert lane._op_s is None and lane.scale_delay > 0
-    wrapped = PreparedLane(lane)
-    sim = (wrapped, VectorSim(wrapped, name="quantize_lane_prepared"))
-    rng = np.random.default_rng(6)
-    groups = every_type_groups(wrapped, rng)
-    assert run_groups(*sim, groups) == len(groups.labels) * GROUP
-    groups = precision_groups(wrapped, rng)
-    assert run_groups(*sim, groups) == len(groups.labels) * (GROUP // 3)
-    groups = dml_groups(wrapped, rng)
-    assert run_groups(*sim, groups) == len(groups.labels) * GROUP
+    check_groups(PreparedLane(lane), "quantize_lane_prepared", 6,
+                 (every_type_groups, precision_groups, dml_groups))
 
 
 def range_edge_groups(lane, rng) -> Groups:
@@ -267,12 +265,9 @@ def test_quantize_lane_int_outputs(divider):
     lane = QuantizeLane(INT_CONFIGS[divider])
     assert isinstance(lane._round_q, SignificandRound)
     assert lane.latency < QuantizeLane(CONFIG).latency
-    unit = PreparedLane(lane) if divider == "prepared" else lane
-    sim = (unit, VectorSim(unit, name=f"quantize_lane_int_{divider}"))
-    rng = np.random.default_rng(7)
-    for make in (every_type_groups, precision_groups, dml_groups, range_edge_groups):
-        groups = make(unit, rng)
-        assert run_groups(*sim, groups) == sum(n for _, _, n in groups.labels)
+    check_groups(PreparedLane(lane) if divider == "prepared" else lane,
+                 f"quantize_lane_int_{divider}", 7,
+                 (every_type_groups, precision_groups, dml_groups, range_edge_groups))
 
 
 def test_quantize_lane_config_type():
