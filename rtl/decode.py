@@ -269,11 +269,14 @@ class Decode(wiring.Component):
         unpacked = {}
         for k, t in enumerate(ts):
             if isinstance(t, FloatFormat):
-                lat = min(inner, 2)                 # FloatUnpack's deepest pipeline
+                # stages beyond FloatUnpack's deepest pipeline register the code before it
+                # (its leading-zero count then starts at a register, not at the code's source)
+                lat = min(inner, 2)
                 unpack = m.submodules[f"unpack_{k}"] = FloatUnpack(t, normalize=True,
                                                                   latency=lat)
-                m.d.comb += unpack.i.eq(self.code[:t.bits])
-                unpacked[k] = delay(m, unpack.o, inner - lat, f"unpacked{k}")
+                m.d.comb += unpack.i.eq(delay(m, self.code[:t.bits], inner - lat,
+                                              f"code{k}"))
+                unpacked[k] = unpack.o
         with m.Switch(fmt):
             for k, t in enumerate(ts):
                 with m.Case(k) if k < n - 1 else m.Default():

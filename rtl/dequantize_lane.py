@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from qaccel.model.config import AccelConfig
 from qaccel.model.dtypes import QType
 from qaccel.model.floatfmt import FORMATS
+from qaccel.model.validate import check_bool
 from qaccel.rtl.decode import Decode, decode_type
 from qaccel.rtl.decode import min_exp_width as decode_exp_width
 from qaccel.rtl.decode import min_sig_width as decode_sig_width
@@ -100,7 +101,8 @@ class DequantizeLane(wiring.Component):
     ``y`` is the output code, right-aligned. Latency is :attr:`latency` cycles whatever the
     formats, one element per cycle; the registers are not pipelined and must be stable while
     elements are in flight. No handshake: :class:`~qaccel.rtl.elementwise.Elementwise` adds
-    one.
+    one. ``ecp5=True`` builds the integer path's multipliers as MULT18X18D instances with their
+    own registers, for synthesis (the same cycles); simulate with False (the default).
 
     Members
     -------
@@ -110,10 +112,11 @@ class DequantizeLane(wiring.Component):
     y : :py:`Out(unsigned(widest dq_outputs type))`
     """
 
-    def __init__(self, config: AccelConfig):
+    def __init__(self, config: AccelConfig, *, ecp5: bool = False):
         if not isinstance(config, AccelConfig):
             raise TypeError(f"config must be an AccelConfig, not {config!r}")
         self._config = c = config
+        self._ecp5 = check_bool("ecp5", ecp5)
         scales = dq_scales(c)
         if not scales:
             raise ValueError(f"config.scales must include a float type for dequantisation, "
@@ -145,7 +148,7 @@ class DequantizeLane(wiring.Component):
         self._diff = IntDiff(c.dq_inputs)
         self._scale32 = ScaleToF32(scales)
         self._imul = IntScaleMul(width=self._diff.width,
-                                 sig_width=max(_SCALE_SIG[t] for t in scales))
+                                 sig_width=max(_SCALE_SIG[t] for t in scales), ecp5=self._ecp5)
         if c.dq_outputs != ("float32",):
             self._narrow = Fp32Narrow()
         self._latency = self._diff.latency + self._imul.latency + (

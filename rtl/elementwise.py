@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import AccelConfig
 from qaccel.rtl.ecp5 import DP16KD_DEPTH, DP16KD_WIDTH, bram_column_width, dp16kd_sdp
-from qaccel.rtl.pipeline import line
+from qaccel.rtl.pipeline import delay, line
 from qaccel.rtl.scale_index import ScaleIndex
 
 __all__ = ["Elementwise"]
@@ -27,8 +27,9 @@ class Elementwise(wiring.Component):
     element with its own scale and zero point from a table.
 
     Subclasses set :attr:`lane_class`: a component taking an
-    :class:`~qaccel.model.config.AccelConfig`, with members ``regs``, ``x``, ``scale``,
-    ``zero_point`` (inputs) and ``y`` (output), no handshake, and a fixed ``latency``.
+    :class:`~qaccel.model.config.AccelConfig` (and ``ecp5``), with members ``regs``, ``x``,
+    ``scale``, ``zero_point`` (inputs) and ``y`` (output), no handshake, and a fixed
+    ``latency``.
 
     A job:
 
@@ -64,8 +65,9 @@ class Elementwise(wiring.Component):
     ecp5 : :class:`bool`
         Build a table of at most 512 entries from DP16KD instances
         (:func:`~qaccel.rtl.ecp5.dp16kd_sdp`) for synthesis: the read data reaches its
-        register without the read-during-write bypass of an inferred block RAM. Simulate with
-        False (the default), the same cycles.
+        register without the read-during-write bypass of an inferred block RAM; and the lanes'
+        multipliers as MULT18X18D instances with their own registers. Simulate with False (the
+        default), the same cycles.
 
     Members
     -------
@@ -92,7 +94,7 @@ class Elementwise(wiring.Component):
             raise TypeError(f"ecp5 must be a bool, not {ecp5!r}")
         self._ecp5 = ecp5
         self._config = c = config
-        self._lanes = [self.lane_class(c) for _ in range(c.lanes)]
+        self._lanes = [self.lane_class(c, ecp5=ecp5) for _ in range(c.lanes)]
         lane = self._lanes[0]
         members = lane.signature.members
         self._addr_width = (c.table_depth - 1).bit_length()
@@ -262,9 +264,14 @@ class Elementwise(wiring.Component):
         ]
         # the table is read ``scale_delay`` cycles after the beat is taken (when the lane
         # wants its scales); the pipeline never stalls, so the addresses run through a line,
-        # and the table is read every cycle (no enable in the block RAM's output path)
+        # and the table is read every cycle (no enable in the block RAM's output path). When
+        # the lane wants its scales later than the beat, the table is read a cycle earlier and
+        # its data registered twice: the block RAM's slow clock-to-out (5.6-5.8 ns on ECP5
+        # speed 6) then ends at a register the placer puts beside it, not across the part
         scale_delay = getattr(self._lanes[0], "scale_delay", 0)
-        addrs = line(m, Value.cast(index.o.payload.index), scale_delay, "read_addr")
+        read_regs = 2 if scale_delay else 1
+        addrs = line(m, Value.cast(index.o.payload.index), scale_delay + 1 - read_regs,
+                     "read_addr")
         for k, rd in enumerate(reads):
             m.d.comb += rd.addr.eq(addrs[k * self._addr_width:(k + 1) * self._addr_width])
             if prep is None:
@@ -281,8 +288,7 @@ class Elementwise(wiring.Component):
         m.d.sync += [x2.eq(x1), valid.eq((valid << 1) | fire),
                      last.eq((last << 1) | (fire & index.o.payload.last))]
         for k, (lane, rd) in enumerate(zip(self._lanes, reads, strict=True)):
-            entry2 = Signal.like(rd.data, reset_less=True, name=f"entry{k}")
-            m.d.sync += entry2.eq(rd.data)
+            entry2 = delay(m, rd.data, read_regs, f"entry{k}")
             m.d.comb += [lane.x.eq(x2[k]), lane.scale.eq(entry2.scale),
                          lane.zero_point.eq(entry2.zero_point)]
             if prep is not None:

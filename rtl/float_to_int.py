@@ -3,11 +3,11 @@ saturate to a run-time selected integer range."""
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from qaccel.model.validate import check_int
+from qaccel.model.validate import check_bool, check_int
 from qaccel.rtl.float_unpack import FloatClass
 from qaccel.rtl.pipeline import stage
 from qaccel.rtl.wide_float import MAX_EXP_WIDTH, MAX_SIG_WIDTH, wide_float_layout
@@ -51,10 +51,12 @@ class FloatToInt(wiring.Component):
 
     Latency is ``latency`` cycles (0: combinational, no clock): a value applied in cycle *n*
     gives its result in cycle *n + latency*. Throughput is one value per cycle. There is no
-    handshake; a stream wrapper adds one. The stages are (1) align and round (a shift of
-    ``sig`` by at most ``max_bits + 1`` places, a ``max_bits + 2``-bit increment), (2) add the
-    zero point and saturate. ``latency`` 1 registers the outputs, 2 also the rounded
-    magnitude, 3 also the aligned significand (before the increment), 4 also the sum with the
+    handshake; a stream wrapper adds one. The stages are (1) align and round (a right shift of
+    ``sig``'s top ``max_bits + 2`` bits, the only ones that reach the integer part or the half
+    bit, by at most ``max_bits + 1`` places; an OR of the rest; the round-up bit), (2) add the
+    signed magnitude and the zero point in one adder (the round-up bit and the sign as its
+    carry) and saturate. ``latency`` 1 registers the outputs, 2 also the signed magnitude and
+    its carry, 3 also the aligned bits (before the round-up decision), 4 also the sum with the
     zero point (before the saturating compare), 5 also the alignment's shift amount (before
     the shift).
 
@@ -68,6 +70,10 @@ class FloatToInt(wiring.Component):
         Widest integer output, 2 .. :data:`MAX_BITS` (32).
     latency : :class:`int`
         Register stages, one of :data:`LATENCIES`.
+    fixed_range : ``(bits, signed)`` or None
+        The only output range this unit will produce: the range is then built as constants,
+        and the ``bits`` and ``signed`` inputs are ignored (a lane with one integer output
+        type, whose range registers would otherwise be flip-flops of constant data).
 
     Raises
     ------
@@ -93,11 +99,18 @@ class FloatToInt(wiring.Component):
     """
 
     def __init__(self, *, sig_width: int, exp_width: int, max_bits: int = 16,
-                 latency: int = 1):
+                 latency: int = 1, fixed_range: tuple[int, bool] | None = None):
         self._sig_width = check_int("sig_width", sig_width, 1, MAX_SIG_WIDTH)
         self._exp_width = check_int("exp_width", exp_width, 2, MAX_EXP_WIDTH)
         self._max_bits = check_int("max_bits", max_bits, 2, MAX_BITS)
         self._latency = check_int("latency", latency, min(LATENCIES), max(LATENCIES))
+        if fixed_range is not None:
+            if not isinstance(fixed_range, tuple) or len(fixed_range) != 2:
+                raise TypeError(f"fixed_range must be a (bits, signed) tuple or None, not "
+                                f"{fixed_range!r}")
+            fixed_range = (check_int("fixed_range bits", fixed_range[0], 2, max_bits),
+                           check_bool("fixed_range signed", fixed_range[1]))
+        self._fixed_range = fixed_range
         super().__init__({
             "i": In(wide_float_layout(sig_width, exp_width)),
             "zero_point": In(signed(max_bits + 1)),
@@ -136,48 +149,67 @@ class FloatToInt(wiring.Component):
 
         # -- stage 1: align the units place and round -----------------------------------------
         # |v| >= 2**A saturates any result (|zero_point| <= 2**B, |qmin|, qmax < 2**B), so the
-        # rounded magnitude is clamped to 2**A. y = sig << (exp + 1): y[W:] is the integer
-        # part, y[W - 1] the half bit, y[:W - 1] and the sticky bit the rest.
+        # rounded magnitude is clamped to 2**A. Only sig's top A + 1 bits (``window``, zeros
+        # below a narrower sig) can reach the integer part or the half bit: with ``exp + 1``
+        # integer bits, window >> (A - exp - 1) is Cat(half, whole), and the window's bits
+        # shifted out, the bits below it and the sticky bit are the rest.
         big = x.exp >= A
         tiny = x.exp < -1       # |v| < 1/2
-        sh = Signal(range(A + 1))
-        m.d.comb += sh.eq(Mux(big, A, Mux(tiny, 0, x.exp + 1)))
+        rsh = Signal(range(A + 1))
+        m.d.comb += rsh.eq(Mux(big, 0, Mux(tiny, A, A - 1 - x.exp)))
         finite = (x.cls == FloatClass.NORMAL) | (x.cls == FloatClass.SUBNORMAL)
-        h = stage(m, self._latency >= 5, "sh", sh=sh, sig=x.sig, tiny=tiny, sticky=x.sticky,
+        padded = Cat(Const(0, max(0, A + 1 - W)), x.sig)
+        below = padded[:len(padded) - A - 1]
+        h = stage(m, self._latency >= 5, "sh", rsh=rsh, window=padded[-(A + 1):],
+                  below=(below.any() if len(below) else 0) | x.sticky, tiny=tiny,
                   sat=(finite & big) | (x.cls == FloatClass.INF), finite=finite,
                   nan=x.cls == FloatClass.NAN, neg=x.sign, zero_point=self.zero_point,
                   bits=self.bits, signed=self.signed)
-        y = Signal(W + A)
-        m.d.comb += y.eq(h.sig << h.sh)
-        s0 = stage(m, self._latency >= 3, "s0", y=y, tiny=h.tiny, sticky=h.sticky, sat=h.sat,
-                   finite=h.finite, nan=h.nan, neg=h.neg, zero_point=h.zero_point,
-                   bits=h.bits, signed=h.signed)
-        whole = s0.y[W:]
-        half = s0.y[W - 1] & ~s0.tiny
-        rest = (s0.y[:W - 1].any() if W > 1 else 0) | s0.sticky
-        mag = Signal(A + 1)
-        m.d.comb += mag.eq(whole + (half & (rest | whole[0])))
-        rounded = Signal(A + 1)
-        m.d.comb += rounded.eq(Mux(s0.sat, 1 << A, Mux(s0.finite, mag, 0)))
+        aligned = Signal(A + 1)             # Cat(half, whole)
+        m.d.comb += aligned.eq(h.window >> h.rsh)
+        out_mask = Signal(A + 1)            # the window's bits shifted out
+        m.d.comb += out_mask.eq((1 << h.rsh) - 1)
+        s0 = stage(m, self._latency >= 3, "s0", whole=aligned[1:],
+                   half=aligned[0] & ~h.tiny, rest=(h.window & out_mask).any() | h.below,
+                   sat=h.sat, finite=h.finite, nan=h.nan, neg=h.neg,
+                   zero_point=h.zero_point, bits=h.bits, signed=h.signed)
+        # the rounded magnitude's sign applied as one add with the zero point: ``v``'s
+        # magnitude is ``val + inc`` (``inc`` the round-up bit), so its signed value is
+        # ``val + inc``, or ``~val + (1 - inc)`` when negative: ``val`` XOR the sign, plus a
+        # carry of ``inc`` XOR the sign (no increment or negation adder of its own)
+        inc = s0.half & (s0.rest | s0.whole[0])
+        val = Signal(A + 1)
+        m.d.comb += val.eq(Mux(s0.sat, 1 << A, Mux(s0.finite, s0.whole, 0)))
+        wide = Cat(val, Const(0, 1)).as_signed()
+        operand = Signal(signed(A + 2))
+        m.d.comb += operand.eq(Mux(s0.neg, ~wide, wide))
+        carry = (s0.finite & ~s0.sat & inc) ^ s0.neg
 
-        r = stage(m, self._latency >= 2, "s1", neg=s0.neg, rounded=rounded, nan=s0.nan,
+        r = stage(m, self._latency >= 2, "s1", operand=operand, carry=carry, nan=s0.nan,
                   zero_point=s0.zero_point, bits=s0.bits, signed=s0.signed)
 
         # -- stage 2: add the zero point, saturate ---------------------------------------------
         total = Signal(signed(A + 2))
-        m.d.comb += total.eq(Mux(r.neg, -r.rounded, r.rounded) + r.zero_point)
-        b1 = Signal(range(B))                    # bits - 1, clamped to [1, B - 1]
-        m.d.comb += b1.eq(Mux(r.bits < 2, 1, Mux(r.bits > B, B - 1, r.bits - 1)))
-        top = Signal(B)                          # 2**(bits - 1)
-        m.d.comb += top.eq(1 << b1)
-        mask = Signal(B)                         # 2**bits - 1
-        m.d.comb += mask.eq((top << 1) - 1)
-        qmax = Signal(signed(B + 1))
-        qmin = Signal(signed(B + 1))
-        m.d.comb += [
-            qmax.eq(Mux(r.signed, top - 1, mask)),
-            qmin.eq(Mux(r.signed, -top, 0)),
-        ]
+        m.d.comb += total.eq(r.zero_point + r.operand + r.carry)
+        if self._fixed_range is not None:
+            bits, is_signed = self._fixed_range
+            top = 1 << (bits - 1)
+            mask = Const((1 << bits) - 1, B)
+            qmax = Const(top - 1 if is_signed else (1 << bits) - 1, signed(B + 1))
+            qmin = Const(-top if is_signed else 0, signed(B + 1))
+        else:
+            b1 = Signal(range(B))                    # bits - 1, clamped to [1, B - 1]
+            m.d.comb += b1.eq(Mux(r.bits < 2, 1, Mux(r.bits > B, B - 1, r.bits - 1)))
+            top = Signal(B)                          # 2**(bits - 1)
+            m.d.comb += top.eq(1 << b1)
+            mask = Signal(B)                         # 2**bits - 1
+            m.d.comb += mask.eq((top << 1) - 1)
+            qmax = Signal(signed(B + 1))
+            qmin = Signal(signed(B + 1))
+            m.d.comb += [
+                qmax.eq(Mux(r.signed, top - 1, mask)),
+                qmin.eq(Mux(r.signed, -top, 0)),
+            ]
         t = stage(m, self._latency >= 4, "s2", total=total, qmin=qmin, qmax=qmax, mask=mask,
                   nan=r.nan)
         low = t.nan | (t.total < t.qmin)

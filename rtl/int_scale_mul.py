@@ -6,7 +6,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from qaccel.model.validate import check_int
+from qaccel.model.validate import check_bool, check_int
 from qaccel.rtl.ecp5 import MULT_WIDTH, registered_product
 from qaccel.rtl.pipeline import delay, stage
 
@@ -109,6 +109,10 @@ class IntScaleMul(wiring.Component):
         Bits of ``|d|``, 2 to 18.
     sig_width : :class:`int`
         ``S``, 1 to 24 (default 24).
+    ecp5 : :class:`bool`
+        The MULT18X18D as instances with their own registers
+        (:func:`~qaccel.rtl.ecp5.registered_product`, the same cycles), for synthesis;
+        simulate with False (the default).
 
     Members
     -------
@@ -118,8 +122,9 @@ class IntScaleMul(wiring.Component):
     y : :py:`Out(unsigned(32))`
     """
 
-    def __init__(self, *, width: int, sig_width: int = _F32_SIG):
+    def __init__(self, *, width: int, sig_width: int = _F32_SIG, ecp5: bool = False):
         self._width = check_int("width", width, 2, MULT_WIDTH)
+        self._ecp5 = check_bool("ecp5", ecp5)
         self._sig_width = check_int("sig_width", sig_width, 1, _F32_SIG)
         self._pre_shift = 2 * self._width <= MULT_WIDTH
         slices = -(-self._sig_width // MULT_WIDTH)
@@ -160,7 +165,7 @@ class IntScaleMul(wiring.Component):
             prod = Signal(width, name="prod", reset_less=True)
             m.d.sync += prod.eq(sum(Mux(rb[k], ra << k, 0) for k in range(S)))
             return prod
-        parts = [(lo, registered_product(m, a, sig[lo:lo + MULT_WIDTH], ecp5=False,
+        parts = [(lo, registered_product(m, a, sig[lo:lo + MULT_WIDTH], ecp5=self._ecp5,
                                          name=f"p{lo}"))
                  for lo in range(0, S, MULT_WIDTH)]
         if len(parts) == 1:

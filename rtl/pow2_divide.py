@@ -8,6 +8,7 @@ from amaranth.lib import wiring
 from qaccel.model.validate import check_int
 from qaccel.rtl.float_divide import QuotientPorts, quotient_class
 from qaccel.rtl.float_unpack import FloatClass
+from qaccel.rtl.pipeline import delay
 from qaccel.rtl.wide_float import MAX_SIG_WIDTH
 
 __all__ = ["Pow2Divide"]
@@ -26,7 +27,9 @@ class Pow2Divide(QuotientPorts, wiring.Component):
     float16 or bfloat16 when it stays finite and non-zero), and ``a`` must be exact with a
     normalised significand, as for the divider.
 
-    Latency 1 cycle (the result is registered), one division per cycle, no handshake.
+    Latency :attr:`latency` cycles (1: the result is registered; 2: the operands too, so that
+    the class and exponent logic starts at a register, not at the operand's source: free
+    beside a divider of longer latency), one division per cycle, no handshake.
 
     Parameters
     ----------
@@ -38,6 +41,8 @@ class Pow2Divide(QuotientPorts, wiring.Component):
         Width of ``q.sig``, in ``[1, MAX_SIG_WIDTH]``.
     exp_width : :class:`int`
         Width of ``a.exp`` and ``b.exp``, in ``[2, MAX_EXP_WIDTH - 2]``.
+    latency : :class:`int`
+        1 or 2 (default 1).
 
     Raises
     ------
@@ -53,16 +58,21 @@ class Pow2Divide(QuotientPorts, wiring.Component):
     q : :py:`Out(wide_float_layout(q_width, exp_width + 2))`
     """
 
-    latency = 1
-
-    def __init__(self, *, a_width: int, b_width: int, q_width: int, exp_width: int):
+    def __init__(self, *, a_width: int, b_width: int, q_width: int, exp_width: int,
+                 latency: int = 1):
         check_int("a_width", a_width, 1, check_int("q_width", q_width, 1, MAX_SIG_WIDTH))
+        self._latency = check_int("latency", latency, 1, 2)
         super().__init__(self._quotient_members(a_width=a_width, b_width=b_width,
                                                 q_width=q_width, exp_width=exp_width))
 
+    @property
+    def latency(self) -> int:
+        """Cycles from ``a`` and ``b`` to their quotient on ``q``."""
+        return self._latency
+
     def elaborate(self, platform):
         m = Module()
-        a, b = self.a, self.b
+        a, b = delay(m, self.a, self._latency - 1, "a"), delay(m, self.b, self._latency - 1, "b")
         cls, sign = quotient_class(m, a, b)
         out = Signal(self.q.shape())
         m.d.comb += [out.sign.eq(sign), out.cls.eq(cls)]

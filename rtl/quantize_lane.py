@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from qaccel.model.config import AccelConfig
 from qaccel.model.dtypes import QTYPES
 from qaccel.model.floatfmt import FORMATS
+from qaccel.model.validate import check_bool
 from qaccel.rtl.decode import Decode, decode_type, exact_in
 from qaccel.rtl.decode import min_exp_width as decode_exp_width
 from qaccel.rtl.decode import min_sig_width as decode_sig_width
@@ -96,6 +97,9 @@ class QuantizeLane(wiring.Component):
     The registers are not pipelined: they must be stable while elements are in flight. No
     handshake: the stream unit (:class:`~qaccel.rtl.elementwise.Elementwise`) adds one.
 
+    ``ecp5=True`` builds the reciprocal divider's multipliers as MULT18X18D instances with
+    their own registers, for synthesis (the same cycles); simulate with False (the default).
+
     Members
     -------
     regs : :py:`In(quantize_lane_regs(config))`
@@ -110,10 +114,11 @@ class QuantizeLane(wiring.Component):
     y : :py:`Out(unsigned(widest q_outputs type))`
     """
 
-    def __init__(self, config: AccelConfig):
+    def __init__(self, config: AccelConfig, *, ecp5: bool = False):
         if not isinstance(config, AccelConfig):
             raise TypeError(f"config must be an AccelConfig, not {config!r}")
         self._config = c = config
+        self._ecp5 = check_bool("ecp5", ecp5)
         outs = [QTYPES[t] for t in c.q_outputs]
         self._int_outs = [q for q in outs if q.is_int]
         self._float_outs = [FORMATS[q.name] for q in outs if not q.is_int]
@@ -171,12 +176,14 @@ class QuantizeLane(wiring.Component):
         if any(s != "float8e8m0" for s in c.scales):
             if self._prepared:
                 self._div = ReciprocalDivide(a_width=W, b_width=W, q_width=Q, exp_width=E,
-                                             max_dsps=c.divider_dsps)
+                                             max_dsps=c.divider_dsps, ecp5=self._ecp5)
             else:
                 self._div = FloatDivide(a_width=W, b_width=W, q_width=Q, exp_width=E,
                                         bits_per_stage=c.divider_bits_per_stage)
         if "float8e8m0" in c.scales:
-            self._pow2 = Pow2Divide(a_width=W, b_width=W, q_width=Q, exp_width=E)
+            # beside a divider its operands are registered first, at no cost in latency
+            self._pow2 = Pow2Divide(a_width=W, b_width=W, q_width=Q, exp_width=E,
+                                    latency=2 if self._div is not None else 1)
         self._div_latency = (self._div or self._pow2).latency
         # integer outputs only: the quotient's rounding to the precision needs no subnormals
         # or overflow (SignificandRound), else the float outputs take FloatRound's value
@@ -190,9 +197,11 @@ class QuantizeLane(wiring.Component):
         front = self._op_x.latency + self._div_latency + self._round_q.latency
         self._to_int = None
         if self._int_outs:
+            ranges = {(q.bits, q.signed) for q in self._int_outs}
             self._to_int = FloatToInt(sig_width=q_sig, exp_width=q_exp,
                                       max_bits=max(q.bits for q in self._int_outs),
-                                      latency=TO_INT_LATENCY)
+                                      latency=TO_INT_LATENCY,
+                                      fixed_range=ranges.pop() if len(ranges) == 1 else None)
         int_latency = self._to_int.latency if self._to_int else 0
         float_latency = 0
         self._dec_zp = self._add_zp = self._round_c = self._round_32 = self._round_out = None

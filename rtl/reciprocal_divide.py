@@ -9,7 +9,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigne
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-from qaccel.model.validate import check_int
+from qaccel.model.validate import check_bool, check_int
 from qaccel.rtl.ecp5 import MULT_WIDTH, registered_product
 from qaccel.rtl.float_divide import QuotientPorts, quotient_class
 from qaccel.rtl.float_unpack import FloatClass
@@ -63,7 +63,7 @@ class _ProductSlice:
                 xw = min(MULT_WIDTH, x_width - xl, hi - pos)
                 yw = min(MULT_WIDTH, y_width - yl, hi - pos)
                 self.tiles.append((xl, xw, yl, yw, pos, xw * yw <= lut_bits))
-        self.levels = self._sum(self._terms(None, None, None, None, ""), None, "")[1]
+        self.levels = self._sum(self._terms(None, None, None, None, "", False), None, "")[1]
 
     @property
     def dsps(self) -> int:
@@ -76,9 +76,9 @@ class _ProductSlice:
         ``TILE_CYCLES``)."""
         return TILE_CYCLES + max(self.levels - 1, 0)
 
-    def build(self, m: Module, x, y, extra, name: str) -> Value:
+    def build(self, m: Module, x, y, extra, name: str, ecp5: bool = False) -> Value:
         """Add the slice of ``x * y (+ extra)`` to ``m``; return its ``hi - lo`` bits."""
-        term = self._sum(self._terms(m, x, y, extra, name), m, name)[0]
+        term = self._sum(self._terms(m, x, y, extra, name, ecp5), m, name)[0]
         v, shift = term.value, self.lo - term.pos
         if shift < 0:
             v, shift = Cat(Const(0, -shift), v), 0
@@ -88,7 +88,7 @@ class _ProductSlice:
 
     # -- the tiles ------------------------------------------------------------------------------
 
-    def _terms(self, m, x, y, extra, name) -> list[_Term]:
+    def _terms(self, m, x, y, extra, name, ecp5) -> list[_Term]:
         terms = []
         for k, (xl, xw, yl, yw, pos, lut) in enumerate(self.tiles):
             xs = None if m is None else x[xl:xl + xw]
@@ -97,7 +97,7 @@ class _ProductSlice:
                 terms += self._rows(m, xs, ys, (xw, yw), pos, f"{name}_t{k}")
             else:
                 vmax = min(((1 << xw) - 1) * ((1 << yw) - 1), (1 << (self.hi - pos)) - 1)
-                p = None if m is None else registered_product(m, xs, ys, ecp5=False,
+                p = None if m is None else registered_product(m, xs, ys, ecp5=ecp5,
                                                               name=f"{name}_t{k}")
                 terms.append(self._cut(_Term(pos, vmax, p)))
         if self.extra_width:
@@ -261,6 +261,11 @@ class ReciprocalDivide(QuotientPorts, wiring.Component):
         DSP tiles are built in LUTs instead until the rest fit (for the float32 divider, 3
         moves the 6 x 18 tile of ``a' * r`` into LUT rows). None: the tiles above
         :data:`LUT_TILE_BITS` bit products are all DSPs.
+    ecp5 : :class:`bool`
+        Build the DSP tiles as MULT18X18D instances with their own input and output registers
+        (:func:`~qaccel.rtl.ecp5.mult18x18d`; the same cycles) for synthesis, not a ``*``
+        between fabric registers, which nextpnr times as 3.9 ns of logic plus the routing in
+        and out. Simulate with False (the default).
 
     Raises
     ------
@@ -282,11 +287,12 @@ class ReciprocalDivide(QuotientPorts, wiring.Component):
     """
 
     def __init__(self, *, a_width: int, b_width: int, q_width: int, exp_width: int,
-                 max_dsps: int | None = None):
+                 max_dsps: int | None = None, ecp5: bool = False):
         members = self._quotient_members(a_width=a_width, b_width=b_width, q_width=q_width,
                                          exp_width=exp_width)
         if max_dsps is not None:
             check_int("max_dsps", max_dsps, 0)
+        self._ecp5 = check_bool("ecp5", ecp5)
         n = min(a_width, q_width + b_width)            # width of a'
         w = b_width + 1
         lut_bits = LUT_TILE_BITS
@@ -334,7 +340,7 @@ class ReciprocalDivide(QuotientPorts, wiring.Component):
         # -- q1 = q0 + 1, combinational in cycle c1 -------------------------------------------
         c1 = self._mul.cycle
         q1 = Signal(qw + 2, name="q1")
-        m.d.comb += q1.eq(self._mul.build(m, a.sig[t:], self.r, None, "ar"))
+        m.d.comb += q1.eq(self._mul.build(m, a.sig[t:], self.r, None, "ar", self._ecp5))
 
         # -- z = q1 * d - a_low = -y (mod 2**w), registered in cycle cf -----------------------
         neg_low = None                                   # -(a' * 2**s) mod 2**w, when not 0
@@ -343,7 +349,8 @@ class ReciprocalDivide(QuotientPorts, wiring.Component):
             m.d.comb += neg_low.eq(-(a.sig[t:] << s))
             neg_low = delay(m, neg_low, c1, "neg_low")
         z = Signal(w, name="z", reset_less=True)
-        m.d.sync += z.eq(self._back.build(m, q1, delay(m, b.sig, c1, "d"), neg_low, "qd"))
+        m.d.sync += z.eq(self._back.build(m, q1, delay(m, b.sig, c1, "d"), neg_low, "qd",
+                                          self._ecp5))
 
         # -- the correction (registered), then the normalisation (registered) -----------------
         exact = Signal(name="exact", reset_less=True)

@@ -341,8 +341,8 @@ class DelayLane(wiring.Component):
     reference: type = None
     delay_latency: int | None = None
 
-    def __init__(self, config):
-        ref = self.reference(config)
+    def __init__(self, config, *, ecp5: bool = False):
+        ref = self.reference(config, ecp5=ecp5)
         _silence(ref)                       # built for its signature and latency only
         self._latency = ref.latency if self.delay_latency is None else self.delay_latency
         super().__init__(ref.signature)

@@ -1,6 +1,7 @@
 # amaranth: UnusedElaboratable=no
-"""The Quantize / Dequantize units' ECP5 table (``ecp5=True``: DP16KD instances, 36-bit
-columns, one per lane) against the inferred-memory twin on Icarus with the DP16KD model
+"""The Quantize / Dequantize units' ECP5 build (``ecp5=True``: the table from DP16KD
+instances, 36-bit columns, one per lane; the lanes' multipliers MULT18X18D instances with their
+own registers) against the inferred twin on Icarus with the cell models
 (tests/rtl/ecp5_models.py): the same job (every table entry written, ``table.ready`` obeyed,
 then the beats with random back-pressure on ``y``), the two units' ``y`` stream compared in
 every cycle; and the cells are there."""
@@ -18,7 +19,7 @@ from qaccel.rtl.quantize import Quantize
 from qaccel.sim.elementwise_sim import table_fields
 from qaccel.sim.jobs import dequantize_job, quantize_job
 
-from .ecp5_models import DP16KD_MODEL, needs_icarus, run_twins
+from .ecp5_models import DP16KD_MODEL, mult18x18d_model, needs_icarus, run_twins
 
 TB = """
 module tb;
@@ -100,9 +101,10 @@ def _tb(unit, job) -> tuple[str, dict[str, str]]:
 
 
 @needs_icarus
-@pytest.mark.parametrize("op", ["quantize", "dequantize"])
-def test_ecp5_table_same_as_inferred(tmp_path, op):
-    config = preset("qdq-int8")
+@pytest.mark.parametrize(("op", "name"), [("quantize", "qdq-int8"), ("dequantize", "qdq-int8"),
+                                          ("quantize", "qdq-int8-x8")])
+def test_ecp5_build_same_as_inferred(tmp_path, op, name):
+    config = preset(name)
     rng = np.random.default_rng(5)
     if op == "quantize":
         beh, prim = Quantize(config), Quantize(config, ecp5=True)
@@ -118,11 +120,15 @@ def test_ecp5_table_same_as_inferred(tmp_path, op):
         job = dequantize_job(beh, x, scale, zp, axis=1)
     assert len(job.table) == 512
     text = verilog.convert(prim, name="prim", emit_src=False)
-    assert text.count("DP16KD") >= 2
+    lanes = config.lanes
+    assert text.count("DP16KD ") == 2 * lanes
+    # the lanes' multipliers: the divider's (divider_dsps each) or IntScaleMul's 2
+    dsps = (config.divider_dsps or 4) if op == "quantize" else 2
+    assert text.count("MULT18X18D ") == dsps * lanes
     tb, files = _tb(beh, job)
     for name, body in files.items():
         (tmp_path / name).write_text(body)
-    errors, outs = run_twins(tmp_path, beh, prim, DP16KD_MODEL, tb)
+    errors, outs = run_twins(tmp_path, beh, prim, DP16KD_MODEL + mult18x18d_model(), tb)
     assert errors == 0 and outs == len(job.x), (errors, outs)
 
 

@@ -41,7 +41,8 @@ from .wide_np import (
 requires_verilator = pytest.mark.skipif(missing_simulator("verilator") is not None,
                                         reason=missing_simulator("verilator") or "")
 
-#: The units of the shared build: key -> (sig_width, exp_width, max_bits, latency).
+#: The units of the shared build: key -> (sig_width, exp_width, max_bits, latency[,
+#: fixed_range]).
 UNITS = {
     # float32 significands (sig_width >= max_bits + 2: every sticky input rounds correctly).
     "q16": (24, 10, 16, 1),
@@ -53,13 +54,17 @@ UNITS = {
     "i32": (64, 13, 32, 1),
     # Small enough to try every input, bits, signed and zero point.
     "tiny": (4, 4, 4, 3),
+    # One range built as constants (a lane with one integer output type): bits / signed
+    # ignored.
+    "s8": (24, 10, 8, 5, (8, True)),
+    "u4": (24, 10, 8, 5, (4, False)),
 }
 
 
 def make_unit(key: str) -> FloatToInt:
-    sig_width, exp_width, max_bits, latency = UNITS[key]
+    sig_width, exp_width, max_bits, latency, *fixed = UNITS[key]
     return FloatToInt(sig_width=sig_width, exp_width=exp_width, max_bits=max_bits,
-                      latency=latency)
+                      latency=latency, fixed_range=fixed[0] if fixed else None)
 
 
 @pytest.fixture(scope="module")
@@ -283,6 +288,25 @@ def test_float_to_int_random(bank, key, n):
 
 @pytest.mark.sim
 @requires_verilator
+@pytest.mark.parametrize("key", ["s8", "u4"])
+def test_float_to_int_fixed_range(bank, key):
+    """A unit built for one range: random wide floats (half where results do not saturate)
+    with random bits and signed inputs, which it ignores, give that range's results."""
+    unit = bank[1][key]
+    fixed_bits, fixed_signed = UNITS[key][4]
+    W, mb = unit.sig_width, unit.max_bits
+    w = concat(random_wide(100_000, W, -3, mb + 2, seed=4),
+               random_wide(100_000, W, -149, 127, seed=5),
+               specials(W, unit.exp_width, n_exp=200))
+    zp, bits, signed = random_controls(w["sig"].size, mb, seed=6)
+    code, clipped = run_unit(bank, key, w, zp, bits, signed)
+    want, want_clipped = expected(round_to_odd_53(w, W), zp, fixed_bits, fixed_signed, mb)
+    assert np.array_equal(code, want) and np.array_equal(clipped, want_clipped)
+    assert clipped.any() and not clipped.all()
+
+
+@pytest.mark.sim
+@requires_verilator
 def test_float_to_int_tiny_every_input(bank):
     """The 4-bit unit: every input pattern with a valid class (normalised or zero sig), every
     bits input (0..7: out-of-range ones act as 2 or 4), signed, and every zero point."""
@@ -444,6 +468,15 @@ def test_float_to_int_max_bits():
         FloatToInt(sig_width=24, exp_width=8, max_bits=33)
     with pytest.raises(TypeError, match=r"max_bits must be an integer, not '16'"):
         FloatToInt(sig_width=24, exp_width=8, max_bits="16")
+
+
+def test_float_to_int_fixed_range_value():
+    with pytest.raises(ValueError, match=r"fixed_range bits must be in \[2, 8\], not 9"):
+        FloatToInt(sig_width=24, exp_width=8, max_bits=8, fixed_range=(9, True))
+    with pytest.raises(TypeError, match=r"fixed_range signed must be a bool, not 1"):
+        FloatToInt(sig_width=24, exp_width=8, fixed_range=(8, 1))
+    with pytest.raises(TypeError, match=r"fixed_range must be a \(bits, signed\) tuple"):
+        FloatToInt(sig_width=24, exp_width=8, fixed_range=8)
 
 
 def test_float_to_int_latency_value():
