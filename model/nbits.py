@@ -581,7 +581,7 @@ def dequantize_nbits(B, scales, zero_points=None, g_idx=None, *, K, N, bits, blo
 
 
 def quantize_weights_nbits(W, *, bits, block_size, symmetric):
-    """Quantise a MatMul weight as ORT's ``quantize_matmul_{2,4,8}bits`` does, bit for bit.
+    """Quantise a MatMul weight as ORT's ``quantize_matmul_{2,4,8}bits`` does, byte for byte.
 
     Per column of ``W`` and block of ``block_size`` rows (the last block may be partial):
 
@@ -591,16 +591,21 @@ def quantize_weights_nbits(W, *, bits, block_size, symmetric):
     - symmetric: ``s = f32(m / -2**(bits-1))`` with ``m`` the signed element of largest
       magnitude (the negative one on a tie), so ``s`` can be negative (and is -0.0 for an
       all-zero block); no zero points (the default ``2**(bits-1)`` applies);
+    - float16 ``W``: ``s`` is stored as float16 (zp still from the float32 ``s``);
     - ``q = clamp(roundf(w * f32(1/s) + zp), 0, 2**bits - 1)`` (``1/s`` taken as 0 when
-      ``s == 0``), all in float32, without FMA, ``roundf`` rounding half away from zero.
+      ``s == 0``, ``s`` the stored scale), all in float32, without FMA, ``roundf`` rounding
+      half away from zero.
 
-    Bits 3, 5, 6, 7 (which ORT lacks) use the same formulas.  The tail of the last block is
-    zero (ORT leaves it untouched, i.e. zero in its Python quantiser, except for stale
-    elements in a partially written byte); unused zero-point slots hold ``2**(bits-1)``.
+    Bits 3, 5, 6, 7 (which ORT lacks) use the same formulas.  Past ``K`` the last block holds
+    what ORT leaves there (called as onnxruntime's ``MatMulNBitsQuantizer`` calls it, ``W``
+    padded with zero rows): whole bytes are 0; a byte that ``K`` splits (2 and 4 bits) gets,
+    in its slots past ``K``, the codes of the same slots of the pack before it (ORT's per-pack
+    buffer is reused, per thread block of ``block_size * 8 / bits`` rows of one column, and
+    starts as 0s). Unused zero-point slots hold ``2**(bits-1)``.
 
     Parameters
     ----------
-    W : numpy.ndarray of float32, shape (K, N)
+    W : numpy.ndarray of float32 or float16, shape (K, N)
         As stored in an ONNX MatMul initializer.
     bits : int
         2..8.
@@ -611,7 +616,7 @@ def quantize_weights_nbits(W, *, bits, block_size, symmetric):
     Returns
     -------
     B : numpy.ndarray of uint8, shape (N, k_blocks, block_size*bits/8)
-    scales : numpy.ndarray of float32, shape (N, k_blocks)
+    scales : numpy.ndarray of W's dtype, shape (N, k_blocks)
     zero_points : numpy.ndarray of uint8, shape (N, ceil(k_blocks*bits/8)), or None
         None when ``symmetric``.
     """
@@ -620,14 +625,32 @@ def quantize_weights_nbits(W, *, bits, block_size, symmetric):
     if not isinstance(symmetric, (bool, np.bool_)):
         raise TypeError(f"symmetric must be a bool, not {symmetric!r}")
     w = as_array("W", W)
-    if w.dtype != np.float32:
-        raise TypeError(f"W must be a float32 array, not {w.dtype}")
+    if w.dtype not in (np.float32, np.float16):
+        raise TypeError(f"W must be a float32 or float16 array, not {w.dtype}")
     if w.ndim != 2 or 0 in w.shape:
         raise ValueError(f"W must be a non-empty 2-D array (K, N), not shape {w.shape}")
     K, N = w.shape
+    half = w.dtype == np.float16
     q, scales, zps = locked_call(
-        _k.quantize_blockwise, np.ascontiguousarray(w), bits, bs, bool(symmetric)
+        _k.quantize_blockwise, np.ascontiguousarray(w, dtype=np.float32), bits, bs,
+        bool(symmetric), bool(half)
     )
+    _ort_tail(q, K, bits, bs)
     kb = scales.shape[1]
     B = pack_nbits(q.reshape(N, kb, bs), bits)
+    if half:
+        scales = scales.astype(np.float16)          # exact: float16 values
     return B, scales, None if symmetric else pack_zero_points(zps, bits)
+
+
+def _ort_tail(q, K: int, bits: int, block_size: int) -> None:
+    """Fill the slots past ``K`` of a byte that ``K`` splits as ORT's quantiser leaves them:
+    the codes of the same slots one pack earlier, if that pack is in the same thread block
+    (``block_size * pack`` rows), else 0 (``q`` (N, padded K) uint8, in place)."""
+    pack = 8 // bits if bits in (2, 4) else 1
+    tail = K % pack
+    if not tail:
+        return
+    start = K - tail                                # the split pack's first row
+    if start % (block_size * pack):                 # not the first pack of its thread block
+        q[:, K:start + pack] = q[:, K - pack:start]

@@ -28,7 +28,7 @@ from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
-from .quant_kernels import item_done, next_item
+from .quant_kernels import f16_bits_to_f32, f32_to_f16_bits, item_done, next_item
 
 _U = np.uintp
 _F32 = np.float32
@@ -96,11 +96,16 @@ def _roundf(x):
 
 
 @numba.njit(cache=True, parallel=True)
-def quantize_blockwise(W, bits, block_size, symmetric):
+def quantize_blockwise(W, bits, block_size, symmetric, half_scales):
     """ORT's ``MlasQuantizeBlockwise`` on W (K, N) float32, column-wise blocks along K.
 
+    ``half_scales``: W holds float16 values and the scales are stored as float16, as ORT's
+    float16 overload does: the zero point comes from the float32 scale, the elements are
+    quantised with the stored (float16) one.
+
     Returns q (N, k_blocks*block_size) uint8 (tail elements 0), scales (N, k_blocks) float32
-    and zero points (N, k_blocks) uint8 (2**(bits-1) when ``symmetric``).
+    (float16 values with ``half_scales``) and zero points (N, k_blocks) uint8
+    (2**(bits-1) when ``symmetric``).
     """
     K, N = W.shape
     kb = (K + block_size - 1) // block_size
@@ -139,6 +144,8 @@ def quantize_blockwise(W, bits, block_size, symmetric):
                 else:
                     zf = _roundf(zf)
                 zps[n, b] = np.uint8(zf)
+            if half_scales:
+                s = f16_bits_to_f32(f32_to_f16_bits(s))
             scales[n, b] = s
             rs = _F32(1.0) / s if s != _F32(0.0) else _F32(0.0)
             for k in range(k0, k1):

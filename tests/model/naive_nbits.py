@@ -38,8 +38,11 @@ def roundf(x):
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
-def quantize_blockwise(W, bits, block_size, symmetric):
-    """ORT's block quantiser, one block at a time.  Returns q (N, kb*bs), scales, zps (N, kb)."""
+def quantize_blockwise(W, bits, block_size, symmetric, half_scales=False):
+    """ORT's block quantiser, one block at a time.  Returns q (N, kb*bs), scales, zps (N, kb).
+
+    ``half_scales``: the scales stored as float16 (ORT's float16 overload), the zero point from
+    the float32 scale, the elements quantised with the stored one."""
     K, N = W.shape
     kb = -(-K // block_size)
     qmax, mid = 2**bits - 1, 2 ** (bits - 1)
@@ -60,6 +63,8 @@ def quantize_blockwise(W, bits, block_size, symmetric):
                 zf = F32(F32(0) - F32(lo / s)) if s != 0 else F32(lo)
                 z = int(np.clip(roundf(zf), 0, qmax))
                 zps[n, b] = z
+            if half_scales:
+                s = F32(np.float16(s))
             scales[n, b] = s
             rs = F32(F32(1) / s) if s != 0 else F32(0)
             x = F32(blk * rs) + F32(z)  # two float32 roundings, as without FMA

@@ -77,16 +77,19 @@ def test_pack_zero_points(bits):
 # --------------------------------------------------------------------------- quantiser
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("symmetric", [False, True])
 @pytest.mark.parametrize("bits", range(2, 9))
-def test_quantizer_vs_naive(bits, symmetric):
+def test_quantizer_vs_naive(bits, symmetric, dtype):
     rng = np.random.default_rng(bits)
+    half = dtype == np.float16
     for block_size, K in ((16, 40), (32, 96), (64, 64), (512, 700)):
-        W = rng.standard_normal((K, 9)).astype(np.float32)
+        W = rng.standard_normal((K, 9)).astype(dtype)
         W[:, 1] = rng.integers(-4, 5, K) * 0.5  # ties
         W[:block_size, 2] = 0.0
-        q, s, z = kernels.quantize_blockwise(W, bits, block_size, symmetric)
-        q_ref, s_ref, z_ref = naive.quantize_blockwise(W, bits, block_size, symmetric)
+        W32 = W.astype(np.float32)
+        q, s, z = kernels.quantize_blockwise(W32, bits, block_size, symmetric, half)
+        q_ref, s_ref, z_ref = naive.quantize_blockwise(W32, bits, block_size, symmetric, half)
         np.testing.assert_array_equal(q, q_ref)
         np.testing.assert_array_equal(s.view(np.uint32), s_ref.view(np.uint32))
         np.testing.assert_array_equal(z, z_ref)
@@ -95,7 +98,8 @@ def test_quantizer_vs_naive(bits, symmetric):
         )
         kb = -(-K // block_size)
         np.testing.assert_array_equal(B, naive.pack_bits(q.reshape(9, kb, block_size), bits))
-        assert (Z is None) == symmetric
+        np.testing.assert_array_equal(S, s.astype(dtype))
+        assert S.dtype == dtype and (Z is None) == symmetric
 
 
 def test_quantizer_conventions():
@@ -391,7 +395,8 @@ def _quantize(**change):
 QUANT_ERRORS = {
     "W rank": (dict(W=np.ones(64, F32)), ValueError, r"W must be a non-empty 2-D.*\(64,\)"),
     "W empty": (dict(W=np.ones((0, 8), F32)), ValueError, r"W must be a non-empty 2-D"),
-    "W dtype": (dict(W=np.ones((64, 8))), TypeError, r"W must be a float32 array, not float64"),
+    "W dtype": (dict(W=np.ones((64, 8))), TypeError,
+                r"W must be a float32 or float16 array, not float64"),
     "W int": (dict(W=np.ones((64, 8), np.int32)), TypeError, r"W must be a float32.*int32"),
     "bits": (dict(bits=10), ValueError, r"bits must be in \[2, 8\], not 10"),
     "block_size": (dict(block_size=100), ValueError, r"block_size .* not 100"),

@@ -53,7 +53,7 @@ def ort_quantize(W, bits, block_size, symmetric):
     kb = -(-K // block_size)
     Wp = np.pad(W, ((0, kb * block_size - K), (0, 0)))
     B = np.zeros((n, kb, block_size * bits // 8), np.uint8)
-    S = np.zeros((n, kb), np.float32)
+    S = np.zeros((n, kb), W.dtype)
     Z = np.zeros((n, -(-kb * bits // 8)), np.uint8)
     ORT_QUANTIZERS[bits](B, Wp, S, Z, block_size, n, K, symmetric)
     return B, S, None if symmetric else Z
@@ -185,44 +185,54 @@ QUANT_DATA = {
 }
 
 
+def assert_same_quantisation(W, bits, block_size, symmetric):
+    """qaccel's quantiser equals ORT's byte for byte: B (padding included), scales (bits:
+    -0.0 too; W's dtype), zero points (unused slots 2**(bits-1) as ORT)."""
+    B_ort, S_ort, Z_ort = ort_quantize(W, bits, block_size, symmetric)
+    B, S, Z = _ours(W, bits, block_size, symmetric)
+    assert B.dtype == np.uint8 and S.dtype == W.dtype
+    np.testing.assert_array_equal(B, B_ort)
+    np.testing.assert_array_equal(S.view(np.uint8), S_ort.view(np.uint8))
+    if symmetric:
+        assert Z is None
+    else:
+        np.testing.assert_array_equal(Z, Z_ort)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("symmetric", [False, True])
 @pytest.mark.parametrize("kind", sorted(QUANT_DATA))
 @pytest.mark.parametrize("block_size", [16, 32, 64, 128, 256])
 @pytest.mark.parametrize("bits", [2, 4, 8])
-def test_quantizer_bit_exact_with_ort(bits, block_size, kind, symmetric):
+def test_quantizer_bit_exact_with_ort(bits, block_size, kind, symmetric, dtype):
+    """K a multiple of the block and not (3 blocks + 5 rows: a byte split at 2 and 4 bits)."""
     rng = np.random.default_rng(bits * 1000 + block_size)
     for K in (2 * block_size, 3 * block_size + 5):
-        W = QUANT_DATA[kind](rng, K).astype(np.float32)
+        with np.errstate(over="ignore"):            # "huge" overflows float16 to inf
+            W = QUANT_DATA[kind](rng, K).astype(dtype)
         W[:block_size, 0] = 0.0  # an all-zero block
-        B_ort, S_ort, Z_ort = ort_quantize(W, bits, block_size, symmetric)
-        B, S, Z = _ours(W, bits, block_size, symmetric)
-        assert B.shape == B_ort.shape and B.dtype == np.uint8
-        # elements past K in a partially written byte are stale in ORT (see
-        # test_quantizer_tail_padding), so compare the elements, not the bytes
-        q = nbits.unpack_nbits(B, bits, block_size).reshape(N, -1)
-        q_ort = nbits.unpack_nbits(B_ort, bits, block_size).reshape(N, -1)
-        np.testing.assert_array_equal(q[:, :K], q_ort[:, :K])
-        assert_bitexact(S, S_ort)  # -0.0 too
-        if symmetric:
-            assert Z is None
-        else:
-            np.testing.assert_array_equal(Z, Z_ort)  # unused slots 2**(bits-1) as ORT
+        if dtype == "float16" and kind == "huge":
+            W[~np.isfinite(W)] = 0.0                # ORT's float16 scales overflow alike
+        assert_same_quantisation(W, bits, block_size, symmetric)
 
 
-def test_quantizer_tail_padding():
-    """ORT writes partial bytes past K with stale elements of the previous pack group.
-
-    qaccel writes zeros there (the bytes are ignored by MatMulNBits); whole bytes past K are
-    untouched by ORT (zero from its Python quantiser) and zero in qaccel.
-    """
-    W = np.random.default_rng(5).standard_normal((21, N)).astype(np.float32)
-    B_ort, _, _ = ort_quantize(W, 4, 16, False)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_quantizer_tail_padding(bits, dtype):
+    """Every K from 1 to 4 blocks + 7 (block 16): ORT leaves whole bytes past K at 0 and fills
+    the slots past K of a split byte with the codes of the same slots one pack earlier, or 0
+    when that pack starts its thread block (``block_size * pack`` rows); qaccel the same."""
+    rng = np.random.default_rng(bits)
+    for K in range(1, 4 * 16 + 8):
+        W = (rng.standard_normal((K, N)) * 3).astype(dtype)
+        for symmetric in (False, True):
+            assert_same_quantisation(W, bits, 16, symmetric)
+    # K = 39 at 4 bits: byte 3 of the last block holds row 38 and the stale code of row 37
+    W = rng.standard_normal((39, N)).astype(np.float32)
     B, _, _ = _ours(W, 4, 16, False)
-    tail_ort, tail = B_ort[:, 1], B[:, 1]  # block 1 holds rows 16..20: 2.5 bytes
-    np.testing.assert_array_equal(tail_ort[:, :2], tail[:, :2])
-    np.testing.assert_array_equal(tail_ort[:, 2] & 0xF, tail[:, 2])
-    np.testing.assert_array_equal(tail_ort[:, 2] >> 4, tail_ort[:, 1] >> 4)  # stale
-    assert not tail[:, 3:].any() and not tail_ort[:, 3:].any()
+    q = nbits.unpack_nbits(B, 4, 16).reshape(N, -1)
+    np.testing.assert_array_equal(q[:, 39], q[:, 37])
+    assert not B[:, 2, 4:].any()
 
 
 # --------------------------------------------------------------------------- MatMulNBits
