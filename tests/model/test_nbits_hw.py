@@ -556,7 +556,9 @@ def ort_families():
 
 def ort_distance(family, capsys):
     """ORT's float32 path on a family of the ORT matrix: |y - y_ort| <= 1e-6 * (sum_k
-    |a_k w_k| + |bias|) for float32 A, one float16 ulp for float16 A."""
+    |a_k w_k| + |bias|) (the float32 accumulation bound) for float32 A; for float16 A that
+    plus one float16 ulp of the larger (each side rounded once to float16), whatever kernel
+    ORT's CPU dispatch picked."""
     from .test_nbits_ort import N as ORT_N
     from .test_nbits_ort import activations, case, session
 
@@ -570,17 +572,17 @@ def ort_distance(family, capsys):
             y = nbits_hw.matmul_nbits_v2(A, **c, K=K, N=ORT_N, bits=bits, block_size=bs,
                                          accuracy_level=level)
             err = np.abs(y.astype(np.float64) - y_ort.astype(np.float64))
+            _, scale = float_exact(A, c, K, ORT_N, bits, bs)
             if y.dtype == np.float16:
-                ulp = np.spacing(np.abs(y_ort)).astype(np.float64)
-                worst16 = max(worst16, float((err / ulp).max()))
+                ulp = np.spacing(np.maximum(np.abs(y), np.abs(y_ort))).astype(np.float64)
+                worst16 = max(worst16, float((err / (1e-6 * scale + ulp)).max()))
             else:
-                _, scale = float_exact(A, c, K, ORT_N, bits, bs)
                 worst = max(worst, float((err / scale).max()))
             count += 1
     with capsys.disabled():
         print(f"\nv2 float path vs ONNX Runtime's float32 path, {family} ({count} calls): "
               f"worst |y - y_ort| / (sum|aw| + |bias|) = {worst:.3g}"
-              + (f"; float16 A: {worst16:.3g} ulp" if family != "g_idx" else ""))
+              + (f"; float16 A: {worst16:.3g} of the bound" if family != "g_idx" else ""))
     assert worst <= 1e-6 and worst16 <= 1
 
 

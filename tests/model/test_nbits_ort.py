@@ -5,9 +5,11 @@ models: only then does ORT prepack B and use CompInt8 at accuracy_level 4 (with 
 input it always takes its unpacked float32 path).
 
 Criterion: |y - y_ort| <= 1e-6 * sum_k |a_k w_k| for float32 outputs (w the dequantised
-weight), one float16 ulp for float16 outputs.  Where ORT takes another path than qaccel (the
-table ``ort_level4_path``, measured on x86-64 with AVX512-VNNI), the test pins ORT's choice
-and compares ORT with the matching qaccel path instead.
+weight: the float32 accumulation bound), plus one float16 ulp of the larger for float16 outputs
+(each side rounded once to float16), independent of the kernel ORT picks for the CPU. Where
+ORT takes another path than qaccel (the table ``ort_level4_path``, measured on x86-64 with
+AVX512-VNNI), the test pins ORT's choice and compares ORT with the matching qaccel path
+instead.
 """
 
 from __future__ import annotations
@@ -149,14 +151,13 @@ def run_both(level, key, A):
 
 
 def assert_close(y, y_ref, A, key):
-    """The module's criterion, with w the dequantised weights of ``key``."""
+    """The module's criterion, with w the dequantised weights of ``key``: the float32
+    accumulation bound ``1e-6 * sum_k |a_k w_k|``, and for float16 outputs one rounding of
+    each side to float16 on top (half an ulp each: one float16 ulp of the larger), whatever
+    kernel ORT's CPU dispatch picked."""
     bits, block_size, K = key[:3]
     c = case(*key)
     assert y.dtype == y_ref.dtype and y.shape == y_ref.shape
-    if y.dtype == np.float16:
-        ulp = np.spacing(np.abs(y_ref.astype(np.float16))).astype(np.float64)
-        assert np.all(np.abs(y.astype(np.float64) - y_ref.astype(np.float64)) <= ulp)
-        return
     Wt = nbits.dequantize_nbits(
         c["B"],
         c["scales"],
@@ -169,7 +170,10 @@ def assert_close(y, y_ref, A, key):
     )
     scale = np.abs(A.astype(np.float64)) @ np.abs(Wt.astype(np.float64)).T
     err = np.abs(y.astype(np.float64) - y_ref.astype(np.float64))
-    assert np.all(err <= 1e-6 * scale + 1e-30), f"max rel err {np.max(err / scale):.3g}"
+    bound = 1e-6 * scale + 1e-30
+    if y.dtype == np.float16:
+        bound += np.spacing(np.maximum(np.abs(y), np.abs(y_ref))).astype(np.float64)
+    assert np.all(err <= bound), f"max err / bound {np.max(err / bound):.3g}"
 
 
 # --------------------------------------------------------------------------- quantiser
