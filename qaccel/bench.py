@@ -1,10 +1,11 @@
 """Benchmarks that time qaccel against ONNX Runtime side by side, in one process.
 
 ``python -m qaccel bench golden`` runs the golden model and ONNX Runtime on the same data, at
-their default thread settings, alternating the two for every repeat so that load on a shared
-machine hits both alike, and prints the median times and their ratio (qaccel / ORT; below 1.0
-qaccel is faster) with the range of the ratios of the single repeats.  Each case also checks
-that the two agree, so no ratio is for wrong work.
+one thread and at their default thread settings, alternating the two in every round so that
+load on a shared machine hits both alike, and prints per case the median times and the median
+of the per-round ratios qaccel / ORT (below 1.0 qaccel is faster) with their range, against
+the target (Q/DQ at most 1.0, MatMulNBits at most 1.5). The CPU and its ISA tier head the
+table. Each case also checks that the two agree, so no ratio is for wrong work.
 
 Neither side is timed while the other one's threads are still busy: ONNX Runtime's pool
 threads spin for about 40 ms after a run (on 2 cores they take a core from whatever runs
@@ -14,17 +15,51 @@ back-to-back use, and the process is idle before each side's pair of calls.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import platform
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 import qaccel
 from qaccel import onnx_models
 
-__all__ = ["BenchCase", "BenchRow", "format_table", "golden_cases", "run_cases"]
+__all__ = ["BenchCase", "BenchRow", "cpu_info", "format_table", "golden_cases", "run_cases"]
+
+#: Target ratios qaccel / ORT: Q/DQ lines, MatMulNBits lines.
+QDQ_TARGET = 1.0
+NBITS_TARGET = 1.5
+#: Rounds per case by default (each gives one paired ratio).
+DEFAULT_REPEAT = 9
+
+
+def cpu_info() -> tuple[str, str]:
+    """The CPU's model name and the widest x86 SIMD tier its flags show: ``AVX-512 VNNI``,
+    ``AVX-512``, ``AVX2`` (``+ AVX-VNNI``), ``below AVX2``; AMX-INT8 noted when present."""
+    fields = {}
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())      # the first core's
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    flags = set(fields.get("flags", "").split())
+    if {"avx512f", "avx512_vnni"} <= flags:
+        tier = "AVX-512 VNNI"
+    elif "avx512f" in flags:
+        tier = "AVX-512"
+    elif "avx2" in flags:
+        tier = "AVX2" + (" + AVX-VNNI" if "avx_vnni" in flags else "")
+    else:
+        tier = "below AVX2" if flags else "unknown (no /proc/cpuinfo flags)"
+    if "amx_int8" in flags:
+        tier += ", AMX-INT8 present too"
+    return name, tier
 
 
 @dataclass(frozen=True)
@@ -45,10 +80,14 @@ class BenchRow:
     ort_ms: float
     target: float
     agreement: str
-    ratios: tuple[float, ...] = ()  # qaccel / ORT of each repeat (paired, same round)
+    ratios: tuple[float, ...] = ()  # qaccel / ORT of each round (paired, same round)
+    threads: int = 0                # 0: both sides' defaults
 
     @property
     def ratio(self) -> float:
+        """The median of the per-round ratios (the ratio of the medians without rounds)."""
+        if self.ratios:
+            return statistics.median(self.ratios)
         return self.qaccel_ms / self.ort_ms
 
     @property
@@ -68,7 +107,7 @@ def _relative_error(a: np.ndarray, b: np.ndarray) -> str:
     return f"max|d|/max|y| {err / float(np.max(np.abs(b))):.1e}"
 
 
-def _qdq_cases(rows: int, cols: int, rng) -> list[BenchCase]:
+def _qdq_cases(rows: int, cols: int, rng, threads: int) -> list[BenchCase]:
     x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
     q = rng.integers(-128, 128, (rows, cols), dtype=np.int8)
     granularities = {
@@ -81,25 +120,27 @@ def _qdq_cases(rows: int, cols: int, rng) -> list[BenchCase]:
     cases = []
     for label, (scale, zp, block) in granularities.items():
         qs = onnx_models.ort_session(onnx_models.quantize_model(x, scale, zp, axis=1,
-                                                                block_size=block))
+                                                                block_size=block),
+                                     threads=threads)
         ds = onnx_models.ort_session(onnx_models.dequantize_model(q, scale, zp, axis=1,
-                                                                  block_size=block))
+                                                                  block_size=block),
+                                     threads=threads)
         cases += [
             BenchCase(f"QuantizeLinear f32->int8 {label}",
                       lambda x=x, s=scale, z=zp, b=block: qaccel.quantize_linear(
                           x, s, z, axis=1, block_size=b),
                       lambda x=x, sess=qs: sess.run(None, {"x": x})[0],
-                      1.0, _bit_mismatches),
+                      QDQ_TARGET, _bit_mismatches),
             BenchCase(f"DequantizeLinear int8->f32 {label}",
                       lambda q=q, s=scale, z=zp, b=block: qaccel.dequantize_linear(
                           q, s, z, axis=1, block_size=b),
                       lambda q=q, sess=ds: sess.run(None, {"x": q})[0],
-                      1.0, _bit_mismatches),
+                      QDQ_TARGET, _bit_mismatches),
         ]
     return cases
 
 
-def _matmul_nbits_cases(K: int, N: int, ms, rng) -> list[BenchCase]:
+def _matmul_nbits_cases(K: int, N: int, ms, rng, threads: int) -> list[BenchCase]:
     """MatMulNBits two ways: ``matmul_nbits`` per call (validating and laying out B in every
     call), and ``NBitsWeights.matmul`` on weights prepared once outside the timed region, as
     ORT prepacks B at session creation, outside its timed run."""
@@ -117,7 +158,7 @@ def _matmul_nbits_cases(K: int, N: int, ms, rng) -> list[BenchCase]:
                 A = rng.standard_normal((m, K)).astype(np.float32)
                 kw = dict(K=K, N=N, bits=bits, block_size=block, accuracy_level=level)
                 sess = onnx_models.ort_session(
-                    onnx_models.matmul_nbits_model(A, B, scales, zp, **kw))
+                    onnx_models.matmul_nbits_model(A, B, scales, zp, **kw), threads=threads)
                 if prepared:
                     name = "prepared"
                     fn = lambda A=A, lv=level: weights.matmul(A, accuracy_level=lv)  # noqa: E731
@@ -128,17 +169,31 @@ def _matmul_nbits_cases(K: int, N: int, ms, rng) -> list[BenchCase]:
                     f"MatMulNBits int4 bs32 K=N={K} M={m} level {level} {name}",
                     fn,
                     lambda A=A, sess=sess: sess.run(None, {"A": A})[0],
-                    3.0, _relative_error))
+                    NBITS_TARGET, _relative_error))
     return cases
 
 
-def golden_cases(*, quick: bool = False, seed: int = 0) -> list[BenchCase]:
-    """The golden-model benchmark: Q/DQ on 16M elements, MatMulNBits int4 at K = N = 4096.
+def golden_cases(*, quick: bool = False, seed: int = 0, threads: int = 0) -> list[BenchCase]:
+    """The golden-model benchmark: Q/DQ on 16M elements, MatMulNBits int4 at K = N = 4096,
+    with ONNX Runtime sessions of ``threads`` intra-op threads (0: its default); run them with
+    :func:`run_cases` at the same ``threads`` for qaccel.
 
     ``quick`` shrinks the sizes (256 x 256, K = N = 256) for a smoke run."""
     rng = np.random.default_rng(seed)
     side = 256 if quick else 4096
-    return _qdq_cases(side, side, rng) + _matmul_nbits_cases(side, side, (1, 16), rng)
+    return (_qdq_cases(side, side, rng, threads)
+            + _matmul_nbits_cases(side, side, (1, 16), rng, threads))
+
+
+@contextlib.contextmanager
+def _numba_threads(threads: int):
+    """qaccel's kernels on ``threads`` threads inside the block (0: all of Numba's)."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(threads or numba.config.NUMBA_NUM_THREADS)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
 
 
 def _wait_idle(timeout: float = 1.0) -> None:
@@ -156,38 +211,59 @@ def _wait_idle(timeout: float = 1.0) -> None:
 
 
 def run_cases(
-    cases: list[BenchCase], *, repeat: int = 7, progress=None, settle: bool = True
+    cases: list[BenchCase], *, repeat: int = DEFAULT_REPEAT, progress=None,
+    settle: bool = True, threads: int = 0
 ) -> list[BenchRow]:
     """Time every case: one warm-up call each (JIT compile, session set-up), then ``repeat``
     rounds of, for qaccel and then ORT: wait until the process is idle, one untimed call, one
-    timed call.  Report the medians and the per-round ratios.  ``settle=False`` times the
-    calls straight after one another instead (each side then shares the cores with what the
-    other side's threads still do)."""
+    timed call.  Report the medians and the per-round ratios (the row's ratio is their
+    median).  qaccel runs on ``threads`` Numba threads (0: all), which should match the ORT
+    sessions' (:func:`golden_cases`).  ``settle=False`` times the calls straight after one
+    another instead (each side then shares the cores with what the other side's threads still
+    do)."""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(f"repeat must be a positive integer, not {repeat!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise ValueError(f"threads must be a non-negative integer, not {threads!r}")
     rows = []
-    for case in cases:
-        agreement = case.agreement(case.qaccel(), case.ort())
-        times = {"qaccel": [], "ort": []}
-        for _ in range(repeat):
-            for label, fn in (("qaccel", case.qaccel), ("ort", case.ort)):
-                if settle:
-                    _wait_idle()
+    with _numba_threads(threads):
+        for case in cases:
+            agreement = case.agreement(case.qaccel(), case.ort())
+            times = {"qaccel": [], "ort": []}
+            for _ in range(repeat):
+                for label, fn in (("qaccel", case.qaccel), ("ort", case.ort)):
+                    if settle:
+                        _wait_idle()
+                        fn()
+                    t0 = time.perf_counter()
                     fn()
-                t0 = time.perf_counter()
-                fn()
-                times[label].append(time.perf_counter() - t0)
-        ratios = tuple(q / o for q, o in zip(times["qaccel"], times["ort"], strict=True))
-        rows.append(BenchRow(case.name, 1e3 * statistics.median(times["qaccel"]),
-                             1e3 * statistics.median(times["ort"]), case.target, agreement,
-                             ratios))
-        if progress is not None:
-            progress(rows[-1])
+                    times[label].append(time.perf_counter() - t0)
+            ratios = tuple(q / o for q, o in zip(times["qaccel"], times["ort"], strict=True))
+            rows.append(BenchRow(case.name, 1e3 * statistics.median(times["qaccel"]),
+                                 1e3 * statistics.median(times["ort"]), case.target,
+                                 agreement, ratios, threads))
+            if progress is not None:
+                progress(rows[-1])
     return rows
 
 
 def format_table(rows: list[BenchRow]) -> str:
-    """Render rows as a fixed-width table (median ms, ratio of the medians and the range of
-    the per-round ratios, target, agreement)."""
+    """Render rows as a fixed-width table (median ms, the median per-round ratio and the
+    range of the per-round ratios, target, agreement), a section per thread setting."""
     width = max(len(r.name) for r in rows)
+    lines = []
+    for threads in dict.fromkeys(r.threads for r in rows):
+        if len(lines):
+            lines.append("")
+        lines.append("one thread each:" if threads == 1 else
+                     f"{threads} threads each:" if threads else
+                     f"default threads (numba {numba.config.NUMBA_NUM_THREADS}, ORT its "
+                     "default intra-op threads):")
+        lines += _table_lines([r for r in rows if r.threads == threads], width)
+    return "\n".join(lines)
+
+
+def _table_lines(rows: list[BenchRow], width: int) -> list[str]:
     lines = [f"{'case':<{width}}  {'qaccel ms':>10}  {'ORT ms':>9}  {'ratio':>6}  "
              f"{'rounds':>13}  {'target':>7}  agreement"]
     for r in rows:
@@ -195,4 +271,4 @@ def format_table(rows: list[BenchRow]) -> str:
         spread = f"{min(r.ratios):.2f}-{max(r.ratios):.2f}" if r.ratios else "-"
         lines.append(f"{r.name:<{width}}  {r.qaccel_ms:10.2f}  {r.ort_ms:9.2f}  {r.ratio:6.2f}  "
                      f"{spread:>13}  <={r.target:<4.1f}{mark:>3}  {r.agreement}")
-    return "\n".join(lines)
+    return lines

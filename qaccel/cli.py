@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 
 from qaccel.model.config import ZERO_POINTS
@@ -45,19 +46,24 @@ def _bench(args) -> int:
         return _bench_verify(args)
     from qaccel import bench
 
-    print(f"building the {'quick ' if args.quick else ''}golden benchmark cases...", flush=True)
-    cases = bench.golden_cases(quick=args.quick, seed=args.seed)
-    try:
-        from tqdm import tqdm
-        bar = tqdm(total=len(cases), desc="bench", unit="case", file=sys.stderr)
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        bar = None
-    rows = bench.run_cases(cases, repeat=args.repeat,
-                           progress=(lambda _row: bar.update()) if bar else None)
-    if bar:
-        bar.close()
+    cpu, tier = bench.cpu_info()
+    print(f"CPU: {cpu}, {os.cpu_count()} logical cores, ISA tier {tier}", flush=True)
+    rows = []
+    for threads in (1, 0):                  # one thread each, then both sides' defaults
+        print(f"building the {'quick ' if args.quick else ''}golden benchmark cases "
+              f"({'one thread' if threads else 'default threads'})...", flush=True)
+        cases = bench.golden_cases(quick=args.quick, seed=args.seed, threads=threads)
+        try:
+            from tqdm import tqdm
+            bar = tqdm(total=len(cases), desc="bench", unit="case", file=sys.stderr)
+        except ImportError:  # pragma: no cover - tqdm is a dependency
+            bar = None
+        rows += bench.run_cases(cases, repeat=args.repeat, threads=threads,
+                                progress=(lambda _row, bar=bar: bar.update()) if bar else None)
+        if bar:
+            bar.close()
     print(bench.format_table(rows))
-    _threads_note()
+    _threads_note(args.repeat)
     return 0
 
 
@@ -73,13 +79,12 @@ def _bench_verify(args) -> int:
     return 0 if rows and all(r.verdict == "bit-exact" for r in rows) else 1
 
 
-def _threads_note():
+def _threads_note(repeat: int):
     import numba
     import onnxruntime
 
-    print(f"(median of alternating runs; numba {numba.__version__} with "
-          f"{numba.config.NUMBA_NUM_THREADS} threads, onnxruntime {onnxruntime.__version__} "
-          "at its default intra-op threads)")
+    print(f"(ratio: the median of {repeat} per-round ratios, qaccel and ORT alternating in "
+          f"each round; numba {numba.__version__}, onnxruntime {onnxruntime.__version__})")
 
 
 def _demo(args) -> int:
@@ -498,7 +503,8 @@ def main(argv=None) -> int:
     p.add_argument("suite", choices=["golden", "verify"],
                    help="golden: qaccel vs ONNX Runtime; verify: RTL beats checked per second")
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    p.add_argument("--repeat", type=int, default=7, help="timed runs per case (default 7)")
+    p.add_argument("--repeat", type=_count, default=9,
+                   help="rounds per case and thread setting, each a paired ratio (default 9)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_bench)
 

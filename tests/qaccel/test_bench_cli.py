@@ -2,6 +2,7 @@
 
 import re
 
+import numpy as np
 import pytest
 
 from qaccel import bench, cli
@@ -9,26 +10,60 @@ from qaccel.sim.runner import missing_simulator
 
 
 def test_bench_golden_quick_cases_agree_with_ort():
-    rows = bench.run_cases(bench.golden_cases(quick=True), repeat=1)
+    rows = bench.run_cases(bench.golden_cases(quick=True), repeat=3)
     names = [r.name for r in rows]
     assert len(rows) == 14 and len(set(names)) == 14
     for row in rows:
-        assert row.qaccel_ms > 0 and row.ort_ms > 0
+        assert row.qaccel_ms > 0 and row.ort_ms > 0 and len(row.ratios) == 3
+        assert row.ratio == sorted(row.ratios)[1]          # the median per-round ratio
+        assert row.target == (1.0 if row.name.startswith(("Quantize", "Dequantize")) else 1.5)
         if row.name.startswith(("Quantize", "Dequantize")):
             assert row.agreement == "bit-exact", row
         else:
             err = float(re.search(r"([0-9.e+-]+)$", row.agreement).group(1))
             assert err < 1e-5, row
     table = bench.format_table(rows).splitlines()
-    assert len(table) == 15 and "ratio" in table[0]
+    assert len(table) == 16 and table[0].startswith("default threads") and "ratio" in table[1]
+
+
+def test_bench_threads_and_repeat():
+    """One thread each: qaccel's kernels on one Numba thread during the rounds, ORT's sessions
+    built with one intra-op thread; the setting is restored afterwards."""
+    import numba
+
+    before = numba.get_num_threads()
+    seen = []
+    case = bench.BenchCase("probe", lambda: seen.append(numba.get_num_threads()) or np.zeros(1),
+                           lambda: np.zeros(1), 1.0, lambda a, b: "ok")
+    (row,) = bench.run_cases([case], repeat=2, threads=1, settle=False)
+    assert set(seen) == {1} and row.threads == 1 and numba.get_num_threads() == before
+    assert bench.format_table([row]).startswith("one thread each:")
+    with pytest.raises(ValueError, match="repeat must be a positive integer, not 0"):
+        bench.run_cases([case], repeat=0)
+    with pytest.raises(ValueError, match="threads must be a non-negative integer, not -1"):
+        bench.run_cases([case], threads=-1)
+
+
+def test_cpu_info_names_a_tier():
+    name, tier = bench.cpu_info()
+    assert name and tier.split(",")[0] in ("AVX-512 VNNI", "AVX-512", "AVX2", "AVX2 + AVX-VNNI",
+                                           "below AVX2", "unknown (no /proc/cpuinfo flags)")
 
 
 def test_cli_bench_prints_table(capsys):
     assert cli.main(["bench", "golden", "--quick", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
-    assert "MatMulNBits int4 bs32 K=N=256 M=16 level 4 per call" in out
+    assert out.startswith("CPU: ") and "ISA tier" in out.splitlines()[0]
+    assert "one thread each:" in out and "default threads" in out
+    assert out.count("MatMulNBits int4 bs32 K=N=256 M=16 level 4 per call") == 2
     assert "MatMulNBits int4 bs32 K=N=256 M=16 level 4 prepared" in out
     assert "QuantizeLinear f32->int8 blocked 32" in out
+
+
+def test_cli_bench_rejects_repeat_0(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "golden", "--repeat", "0"])
+    assert "expected an integer >= 1, not '0'" in capsys.readouterr().err
 
 
 def test_cli_rejects_unknown_command(capsys):
