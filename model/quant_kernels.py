@@ -843,7 +843,10 @@ _helpers_lock = threading.Lock()
 
 
 def _n_threads() -> int:
-    return max(1, min(numba.config.NUMBA_NUM_THREADS, len(os.sched_getaffinity(0))))
+    """Threads for a large job: Numba's setting for the calling thread
+    (``numba.set_num_threads``, ``NUMBA_NUM_THREADS`` by default), as its ``prange`` kernels
+    use, and no more than the CPUs this process may use."""
+    return max(1, min(numba.get_num_threads(), len(os.sched_getaffinity(0))))
 
 
 def _get_helpers(n_threads: int) -> _Helpers:
@@ -857,8 +860,9 @@ def _get_helpers(n_threads: int) -> _Helpers:
 def run_items(kernel, n_items: int, n_elements: int, *args) -> None:
     """Compute work items ``[0, n_items)`` with ``kernel(items, *args)`` (see ``next_item``).
 
-    Large jobs (``n_elements >= PARALLEL_MIN_ELEMENTS``) run on up to ``NUMBA_NUM_THREADS``
-    threads (and no more than the CPUs this process may use), the calling thread included,
+    Large jobs (``n_elements >= PARALLEL_MIN_ELEMENTS``) run on up to
+    ``numba.get_num_threads()`` threads (``numba.set_num_threads`` limits them, as it does the
+    ``prange`` kernels; no more than the CPUs this process may use), the calling thread included,
     each claiming one item at a time, so that a thread slowed down by other processes on the
     machine does less of the work.  The calling thread never waits for a helper that has not
     started: it waits only for items a helper is still computing.  The kernels release the

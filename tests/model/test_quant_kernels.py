@@ -165,6 +165,28 @@ def test_run_items_claims_every_item_once():
         assert not seen[n:].any()
 
 
+def test_run_items_honours_numba_set_num_threads(monkeypatch):
+    """``numba.set_num_threads(1)`` keeps a large job on the calling thread (no helpers), as it
+    does Numba's own parallel kernels; the default uses the helpers."""
+    n = 37
+    monkeypatch.setattr(qk, "PARALLEL_MIN_ELEMENTS", 0)
+    calls = []
+    real = qk._get_helpers
+    monkeypatch.setattr(qk, "_get_helpers", lambda k: calls.append(k) or real(k))
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        seen = np.zeros(n, np.int64)
+        qk.run_items(_count_items, n, 1, seen)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(seen, 1)
+    assert calls == []
+    if qk._n_threads() > 1:
+        qk.run_items(_count_items, n, 1, np.zeros(n, np.int64))
+        assert calls == [qk._n_threads() - 1]
+
+
 @numba.njit(nogil=True)
 def _count_items(items, seen):
     w = qk.next_item(items)
