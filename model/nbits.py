@@ -98,8 +98,10 @@ _A_DTYPES = {
 }
 _TILE = 128  # output columns per parallel work item of the generic kernel
 _PACKED_BITS = (2, 4, 8)  # bits that matmul_packed reads straight from B
-# multiply-adds per element of run_items's threshold for threads (PARALLEL_MIN_ELEMENTS)
-_MACS_PER_ELEMENT = 16
+# multiply-adds per element of run_items's threshold for threads (PARALLEL_MIN_ELEMENTS, 1M):
+# threads from 4M MACs on the float path, from 16M on the int8 path (4-5 times cheaper per
+# MAC: at K = N = 1024, M = 4 a second thread made it 1.5x slower; ``qaccel bench threads``)
+_MACS_PER_ELEMENT = {False: 4, True: 16}
 _INT8_MAX_BLOCK = 65536  # int32 block sums stay exact: 127 * 255 * 65536 < 2**31
 
 
@@ -422,7 +424,8 @@ class NBitsWeights:
         # a few tiles per work item, claimed one item at a time by each thread (threads only
         # for enough work)
         n_items = -(-N // (_k.TILE * _k.TILES_PER_ITEM))
-        run_items(kernel, n_items, M * op.K * N // _MACS_PER_ELEMENT, *args, int8, out)
+        run_items(kernel, n_items, M * op.K * N // _MACS_PER_ELEMENT[bool(int8)], *args, int8,
+                  out)
 
     def _run(self, a, bias, level):
         op = self._op

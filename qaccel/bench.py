@@ -29,7 +29,8 @@ import numpy as np
 import qaccel
 from qaccel import onnx_models
 
-__all__ = ["BenchCase", "BenchRow", "cpu_info", "format_table", "golden_cases", "run_cases"]
+__all__ = ["BenchCase", "BenchRow", "cpu_info", "format_table", "golden_cases", "run_cases",
+           "thread_scaling"]
 
 #: Target ratios qaccel / ORT: Q/DQ lines, MatMulNBits lines.
 QDQ_TARGET = 1.0
@@ -272,3 +273,77 @@ def _table_lines(rows: list[BenchRow], width: int) -> list[str]:
         lines.append(f"{r.name:<{width}}  {r.qaccel_ms:10.2f}  {r.ort_ms:9.2f}  {r.ratio:6.2f}  "
                      f"{spread:>13}  <={r.target:<4.1f}{mark:>3}  {r.agreement}")
     return lines
+
+
+# --- thread scaling ---------------------------------------------------------------------------
+
+#: A thread-scaling ratio (default threads / one) above this counts as slower (noise allowance).
+SLOWER_ABOVE = 1.05
+
+
+def _scaling_cases(quick: bool, rng) -> list[tuple[str, Callable[[], np.ndarray]]]:
+    from qaccel.model.nbits import prepare_nbits
+
+    cases = []
+    s, z = np.float32(0.02), np.int8(1)
+    for n in ((1 << 16, 1 << 18) if quick else (1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)):
+        x = (rng.standard_normal(n) * 3).astype(np.float32).reshape(-1, 256)
+        q = rng.integers(-128, 128, n, dtype=np.int8).reshape(-1, 256)
+        sb = rng.uniform(0.01, 0.05, (x.shape[0], 8)).astype(np.float32)
+        zb = np.zeros((x.shape[0], 8), np.int8)
+        cases += [
+            (f"Q per-tensor {n} elements", lambda x=x: qaccel.quantize_linear(x, s, z)),
+            (f"DQ per-tensor {n} elements", lambda q=q: qaccel.dequantize_linear(q, s, z)),
+            (f"Q blocked 32 {n} elements", lambda x=x, sb=sb, zb=zb: qaccel.quantize_linear(
+                x, sb, zb, axis=1, block_size=32)),
+            (f"DQ blocked 32 {n} elements", lambda q=q, sb=sb, zb=zb: qaccel.dequantize_linear(
+                q, sb, zb, axis=1, block_size=32)),
+        ]
+    for side in ((256,) if quick else (256, 1024, 4096)):
+        W = (rng.standard_normal((side, side)) * 0.02).astype(np.float32)
+        B, scales, zp = qaccel.quantize_weights_nbits(W, bits=4, block_size=32, symmetric=False)
+        weights = prepare_nbits(B, scales, zp, K=side, N=side, bits=4, block_size=32)
+        for m in (1, 4, 16):
+            A = rng.standard_normal((m, side)).astype(np.float32)
+            for level in (0, 4):
+                cases.append((f"MatMulNBits int4 K=N={side} M={m} level {level} prepared",
+                              lambda A=A, lv=level, w=weights: w.matmul(A, accuracy_level=lv)))
+    return cases
+
+
+def thread_scaling(*, quick: bool = False, repeat: int = DEFAULT_REPEAT, seed: int = 0
+                   ) -> list[tuple[str, float, float, float]]:
+    """qaccel alone at one thread and at its default threads, interleaved round by round
+    (two untimed calls, then a timed one, per setting): per case ``(name, one-thread ms,
+    default ms, median per-round ratio default / one)``. Q/DQ per tensor and blocked from
+    64K to 16M elements, MatMulNBits (prepared int4 weights) at K = N = 256, 1024, 4096 and
+    M = 1, 4, 16, levels 0 and 4."""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(f"repeat must be a positive integer, not {repeat!r}")
+    rows = []
+    for name, fn in _scaling_cases(quick, np.random.default_rng(seed)):
+        times = {1: [], 0: []}
+        for _ in range(repeat):
+            for threads in (1, 0):
+                with _numba_threads(threads):
+                    fn()
+                    fn()
+                    t0 = time.perf_counter()
+                    fn()
+                    times[threads].append(time.perf_counter() - t0)
+        ratio = statistics.median(d / o for o, d in zip(times[1], times[0], strict=True))
+        rows.append((name, 1e3 * statistics.median(times[1]), 1e3 * statistics.median(times[0]),
+                     ratio))
+    return rows
+
+
+def format_scaling(rows) -> str:
+    """Render :func:`thread_scaling`'s rows; a ratio above :data:`SLOWER_ABOVE` is marked
+    SLOWER (more threads slower than one)."""
+    width = max(len(r[0]) for r in rows)
+    default = f"{numba.config.NUMBA_NUM_THREADS} threads ms"
+    lines = [f"{'case':<{width}}  {'1 thread ms':>11}  {default:>13}  {'ratio':>6}"]
+    for name, one, default, ratio in rows:
+        mark = "SLOWER" if ratio > SLOWER_ABOVE else ""
+        lines.append(f"{name:<{width}}  {one:11.3f}  {default:13.3f}  {ratio:6.2f}  {mark}")
+    return "\n".join(lines)

@@ -2,6 +2,7 @@
 
     qaccel demo                 the main job on the default configuration (see README.md)
     qaccel bench golden         golden model vs ONNX Runtime, side by side
+    qaccel bench threads        the golden model at one thread vs its default threads
     qaccel bench verify         RTL verification throughput per simulator (beats checked/s)
     qaccel sim quantize|dequantize|dml
                                 one operator call on the simulated RTL, with its cycle report
@@ -45,6 +46,16 @@ def _bench(args) -> int:
     if args.suite == "verify":
         return _bench_verify(args)
     from qaccel import bench
+
+    if args.suite == "threads":
+        cpu, tier = bench.cpu_info()
+        print(f"CPU: {cpu}, {os.cpu_count()} logical cores, ISA tier {tier}; qaccel alone, one "
+              "thread against its default threads, interleaved", flush=True)
+        print(bench.format_scaling(bench.thread_scaling(quick=args.quick, repeat=args.repeat,
+                                                        seed=args.seed)))
+        print(f"(ratio: the median of {args.repeat} per-round ratios default / one thread; "
+              f"SLOWER above {bench.SLOWER_ABOVE})")
+        return 0
 
     cpu, tier = bench.cpu_info()
     print(f"CPU: {cpu}, {os.cpu_count()} logical cores, ISA tier {tier}", flush=True)
@@ -500,8 +511,9 @@ def main(argv=None) -> int:
     p.set_defaults(func=_demo)
 
     p = sub.add_parser("bench", help="time qaccel against ONNX Runtime")
-    p.add_argument("suite", choices=["golden", "verify"],
-                   help="golden: qaccel vs ONNX Runtime; verify: RTL beats checked per second")
+    p.add_argument("suite", choices=["golden", "threads", "verify"],
+                   help="golden: qaccel vs ONNX Runtime; threads: qaccel at one thread vs its "
+                        "default threads; verify: RTL beats checked per second")
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     p.add_argument("--repeat", type=_count, default=9,
                    help="rounds per case and thread setting, each a paired ratio (default 9)")

@@ -99,3 +99,17 @@ def test_verify_throughput_small_run():
     assert "beats/s" in format_verify_table(rows)
     with pytest.raises(ValueError, match="scale must be > 0, not 0"):
         verify_throughput(scale=0)
+
+
+def test_bench_threads_quick(capsys):
+    """One thread against the default threads, qaccel alone: a row per case with both times
+    and the median ratio."""
+    rows = bench.thread_scaling(quick=True, repeat=1)
+    assert len(rows) == 8 + 6 and all(one > 0 and default > 0 and ratio > 0
+                                      for _, one, default, ratio in rows)
+    assert "MatMulNBits int4 K=N=256 M=16 level 4 prepared" in bench.format_scaling(rows)
+    with pytest.raises(ValueError, match="repeat must be a positive integer, not 0"):
+        bench.thread_scaling(quick=True, repeat=0)
+    assert cli.main(["bench", "threads", "--quick", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("CPU: ") and "Q per-tensor 65536 elements" in out
