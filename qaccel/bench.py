@@ -28,6 +28,7 @@ import numpy as np
 
 import qaccel
 from qaccel import onnx_models
+from qaccel.model.validate import check_int
 
 __all__ = ["BenchCase", "BenchRow", "cpu_info", "format_table", "golden_cases", "run_cases",
            "thread_scaling"]
@@ -222,10 +223,8 @@ def run_cases(
     sessions' (:func:`golden_cases`).  ``settle=False`` times the calls straight after one
     another instead (each side then shares the cores with what the other side's threads still
     do)."""
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        raise ValueError(f"repeat must be a positive integer, not {repeat!r}")
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-        raise ValueError(f"threads must be a non-negative integer, not {threads!r}")
+    check_int("repeat", repeat, 1)
+    check_int("threads", threads, 0)
     rows = []
     with _numba_threads(threads):
         for case in cases:
@@ -318,8 +317,7 @@ def thread_scaling(*, quick: bool = False, repeat: int = DEFAULT_REPEAT, seed: i
     default ms, median per-round ratio default / one)``. Q/DQ per tensor and blocked from
     64K to 16M elements, MatMulNBits (prepared int4 weights) at K = N = 256, 1024, 4096 and
     M = 1, 4, 16, levels 0 and 4."""
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        raise ValueError(f"repeat must be a positive integer, not {repeat!r}")
+    check_int("repeat", repeat, 1)
     rows = []
     for name, fn in _scaling_cases(quick, np.random.default_rng(seed)):
         times = {1: [], 0: []}

@@ -10,6 +10,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import AccelConfig
+from qaccel.model.validate import check_bool
 from qaccel.rtl.ecp5 import DP16KD_DEPTH, DP16KD_WIDTH, bram_column_width, dp16kd_sdp
 from qaccel.rtl.pipeline import delay, line
 from qaccel.rtl.scale_index import ScaleIndex
@@ -90,9 +91,7 @@ class Elementwise(wiring.Component):
             config = AccelConfig()
         if not isinstance(config, AccelConfig):
             raise TypeError(f"config must be an AccelConfig, not {config!r}")
-        if not isinstance(ecp5, bool):
-            raise TypeError(f"ecp5 must be a bool, not {ecp5!r}")
-        self._ecp5 = ecp5
+        self._ecp5 = check_bool("ecp5", ecp5)
         self._config = c = config
         self._lanes = [self.lane_class(c, ecp5=ecp5) for _ in range(c.lanes)]
         lane = self._lanes[0]
