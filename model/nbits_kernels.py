@@ -21,6 +21,7 @@ Only the kernels are cached on disk (their helpers are compiled into them), and
 
 from __future__ import annotations
 
+import llvmlite.binding as llvm
 import numba
 import numpy as np
 from llvmlite import ir
@@ -690,25 +691,113 @@ def _dpbusd_generic(builder, acc, u, s):
     return builder.add(acc, builder.add(builder.add(g[0], g[1]), builder.add(g[2], g[3])))
 
 
-def _target_has(context, feature):
-    features = getattr(context.codegen(), "_tm_features", "") or ""
-    return f"+{feature}" in features.split(",")
+#: The int8 dot-product tiers, best first.
+DOT_TIERS = ("vnni", "avx512bw", "avx2", "plain")
+
+_PROBES = {  # tier -> (LLVM IR, what its assembly holds when the target has the tier)
+    "avx512bw": ("define <64 x i8> @p(<64 x i8> %a, <64 x i8> %b) {\n"
+                 "  %r = add <64 x i8> %a, %b\n  ret <64 x i8> %r\n}", "vpaddb\t%zmm"),
+    "avx2": ("define <8 x i32> @p(<8 x i32> %a, <8 x i32> %b) {\n"
+             "  %r = add <8 x i32> %a, %b\n  ret <8 x i32> %r\n}", "vpaddd\t%ymm"),
+    # with AVX512-VNNI, LLVM folds the add into vpdpwssd (asked for only with AVX-512BW)
+    "vnni": ("declare <16 x i32> @llvm.x86.avx512.pmaddw.d.512(<32 x i16>, <32 x i16>)\n"
+             "define <16 x i32> @p(<16 x i32> %c, <32 x i16> %a, <32 x i16> %b) {\n"
+             "  %m = call <16 x i32> @llvm.x86.avx512.pmaddw.d.512(<32 x i16> %a, <32 x i16> %b)\n"
+             "  %r = add <16 x i32> %c, %m\n  ret <16 x i32> %r\n}", "vpdpwssd"),
+}
+_tiers: dict[int, str] = {}
 
 
-def _dpbusd_intrinsic(use_vnni):
+def _compiles_to(tm, ir_text, marker):
+    module = llvm.parse_assembly(f'target triple = "{tm.triple}"\n{ir_text}')
+    module.verify()
+    return marker in tm.emit_assembly(module)
+
+
+def dot_tier(context) -> str:
+    """The dot-product tier (DOT_TIERS) of the CPU that ``context`` compiles for.
+
+    Read off the code LLVM generates for that target (tiny probes), so it is right whether
+    Numba was given the target's features or only its name (``NUMBA_CPU_NAME`` with
+    ``NUMBA_CPU_FEATURES`` empty), and on any CPU llvmlite can name."""
+    tm = context.codegen()._tm
+    if id(tm) not in _tiers:
+        tier = "plain"
+        if "x86" in tm.triple or "i686" in tm.triple:
+            if _compiles_to(tm, *_PROBES["avx512bw"]):
+                tier = "vnni" if _compiles_to(tm, *_PROBES["vnni"]) else "avx512bw"
+            elif _compiles_to(tm, *_PROBES["avx2"]):
+                tier = "avx2"
+        _tiers[id(tm)] = tier
+    return _tiers[id(tm)]
+
+
+def _x86_pairs(builder, tier, name, a, b, lanes_in, out_lanes):
+    """An x86 pairwise multiply-add (``pmaddubsw`` / ``pmaddwd``) on 512-bit operands: the
+    AVX-512BW instruction, or two AVX2 ones on the 256-bit halves (``tier`` avx2)."""
+    bits_in = 512 // lanes_in
+    out_ty = ir.VectorType(ir.IntType(512 // out_lanes), out_lanes)
+    if tier != "avx2":
+        fn = builder.module.declare_intrinsic(
+            f"llvm.x86.avx512.{name[0]}.512", (), ir.FunctionType(out_ty, [a.type, b.type]))
+        return builder.call(fn, [a, b])
+    half_in = ir.VectorType(ir.IntType(bits_in), lanes_in // 2)
+    half_out = ir.VectorType(out_ty.element, out_lanes // 2)
+    fn = builder.module.declare_intrinsic(
+        f"llvm.x86.avx2.{name[1]}", (), ir.FunctionType(half_out, [half_in, half_in]))
+    halves = []
+    for h in range(2):
+        sel = _mask(range(h * lanes_in // 2, (h + 1) * lanes_in // 2))
+        halves.append(builder.call(fn, [builder.shuffle_vector(a, a, sel),
+                                        builder.shuffle_vector(b, b, sel)]))
+    return builder.shuffle_vector(halves[0], halves[1], _mask(range(out_lanes)))
+
+
+_PMADDUBSW = ("pmaddubs.w", "pmadd.ub.sw")  # u8 x s8 pairs -> i16 (saturating)
+_PMADDWD = ("pmaddw.d", "pmadd.wd")  # i16 x i16 pairs -> i32
+
+
+def _dpbusd_madd(builder, tier, acc, u, s, small):
+    """``vpdpbusd`` from the pairwise multiply-adds of AVX2 / AVX-512BW, exactly.
+
+    ``small`` (every byte of u below 128): ``pmaddubsw`` then ``pmaddwd`` by ones, its pair
+    sums at most 2 * 127 * 128 < 2**15, so nothing saturates.  Otherwise the even and the odd
+    bytes are widened to 16 bits in place (u zero-, s sign-extended) and go through two
+    ``pmaddwd``."""
+    i8x64 = ir.VectorType(ir.IntType(8), 64)
+    i16x32 = ir.VectorType(ir.IntType(16), 32)
+    if small:
+        pairs = _x86_pairs(builder, tier, _PMADDUBSW, builder.bitcast(u, i8x64),
+                           builder.bitcast(s, i8x64), 64, 32)
+        ones = ir.Constant(i16x32, [1] * 32)
+        return builder.add(acc, _x86_pairs(builder, tier, _PMADDWD, pairs, ones, 32, 16))
+    u16, s16 = builder.bitcast(u, i16x32), builder.bitcast(s, i16x32)
+    eight = ir.Constant(i16x32, [8] * 32)
+    even_u = builder.and_(u16, ir.Constant(i16x32, [0xFF] * 32))
+    odd_u = builder.lshr(u16, eight)
+    even_s = builder.ashr(builder.shl(s16, eight), eight)
+    odd_s = builder.ashr(s16, eight)
+    even = _x86_pairs(builder, tier, _PMADDWD, even_u, even_s, 32, 16)
+    odd = _x86_pairs(builder, tier, _PMADDWD, odd_u, odd_s, 32, 16)
+    return builder.add(acc, builder.add(even, odd))
+
+
+def _dpbusd_intrinsic(tier, small):
     def dpbusd(typingctx, acc, u, s):
         if not (acc == u == s == _I32X16):
             return None
 
         def codegen(context, builder, sig, args):
-            vnni = _target_has(context, "avx512vnni") if use_vnni is None else use_vnni
-            if not vnni:
+            t = dot_tier(context) if tier is None else tier
+            if t == "vnni":
+                ty = args[0].type
+                fn = builder.module.declare_intrinsic(
+                    "llvm.x86.avx512.vpdpbusd.512", (), ir.FunctionType(ty, [ty] * 3)
+                )
+                return builder.call(fn, args)
+            if t == "plain":
                 return _dpbusd_generic(builder, *args)
-            ty = args[0].type
-            fn = builder.module.declare_intrinsic(
-                "llvm.x86.avx512.vpdpbusd.512", (), ir.FunctionType(ty, [ty] * 3)
-            )
-            return builder.call(fn, args)
+            return _dpbusd_madd(builder, t, *args, small)
 
         return _I32X16(acc, u, s), codegen
 
@@ -716,21 +805,36 @@ def _dpbusd_intrinsic(use_vnni):
 
 
 # acc + sum over each group of 4 bytes of zext(u byte) * sext(s byte), per int32 lane
-# (AVX512-VNNI vpdpbusd; exact, wrapping like int32).  The fixed variants are for tests.
-_dpbusd = _dpbusd_intrinsic(None)
-_dpbusd_vnni = _dpbusd_intrinsic(True)
-_dpbusd_plain = _dpbusd_intrinsic(False)
+# (AVX512-VNNI vpdpbusd; exact, wrapping like int32), with the instructions of the compile
+# target's tier (DOT_TIERS); _dpbusd_small only for u bytes below 128.  The fixed variants
+# (DOT_VARIANTS[tier, small]) are for tests.
+_dpbusd = _dpbusd_intrinsic(None, False)
+_dpbusd_small = _dpbusd_intrinsic(None, True)
+DOT_VARIANTS = {(t, small): _dpbusd_intrinsic(t, small) for t in DOT_TIERS
+                for small in (False, True)}
+
+
+@intrinsic
+def _avx512(typingctx):
+    """True (a constant) when the compile target has AVX-512: 32 vector registers of 512
+    bits, where AVX2 has 16 of 256 (so a kernel keeps half as many accumulators there)."""
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(ir.IntType(1), dot_tier(context) in ("vnni", "avx512bw"))
+
+    return types.boolean(), codegen
 
 
 def _transpose_ir(builder, rows):
-    """Transpose 16 vectors of 16 lanes: four stages, each swapping one bit of the row index
-    with the same bit of the lane index."""
-    for b in range(4):
+    """Transpose n vectors of n lanes (n a power of two): log2(n) stages, each swapping one
+    bit of the row index with the same bit of the lane index."""
+    n = len(rows)
+    for b in range(n.bit_length() - 1):
         step = 1 << b
-        lo = [c if not c & step else 16 + c - step for c in range(16)]
-        hi = [c + step if not c & step else 16 + c for c in range(16)]
+        lo = [c if not c & step else n + c - step for c in range(n)]
+        hi = [c + step if not c & step else n + c for c in range(n)]
         new = list(rows)
-        for r in range(16):
+        for r in range(n):
             if not r & step:
                 new[r] = builder.shuffle_vector(rows[r], rows[r + step], _mask(lo))
                 new[r + step] = builder.shuffle_vector(rows[r], rows[r + step], _mask(hi))
@@ -742,29 +846,36 @@ def _transpose_ir(builder, rows):
 def _transpose16(typingctx, src, soff, stride, dst, doff):
     """``dst.flat[doff + 16*i + j] = src.flat[soff + stride*j + i]`` for i, j < 16.
 
-    Both arrays C-contiguous with 4-byte elements (moved as bits)."""
+    Both arrays C-contiguous with 4-byte elements (moved as bits).  With AVX-512 one 16x16
+    transpose in 512-bit registers; otherwise four 8x8 ones in 256-bit registers (AVX2 has
+    no cheap shuffle across 512 bits), which move the same bits."""
     ok = all(_contiguous(a) and a.dtype.bitwidth == 32 for a in (src, dst))
     if not (ok and all(isinstance(v, types.Integer) for v in (soff, stride, doff))):
         return None
 
     def codegen(context, builder, sig, args):
-        vty = ir.VectorType(ir.IntType(32), 16)
+        n = 16 if dot_tier(context) in ("vnni", "avx512bw") else 8  # lanes per register
+        vty = ir.VectorType(ir.IntType(32), n)
         intp = context.get_value_type(types.intp)
         s_arr = context.make_array(sig.args[0])(context, builder, args[0]).data
         d_arr = context.make_array(sig.args[3])(context, builder, args[3]).data
         soff_, stride_, doff_ = (
             context.cast(builder, args[k], sig.args[k], types.intp) for k in (1, 2, 4)
         )
-        rows = []
-        for j in range(16):
-            idx = builder.add(soff_, builder.mul(stride_, ir.Constant(intp, j)))
-            ptr = builder.bitcast(builder.gep(s_arr, [idx]), vty.as_pointer())
-            rows.append(builder.load(ptr, align=4))
-        for i, row in enumerate(_transpose_ir(builder, rows)):
-            idx = builder.add(doff_, ir.Constant(intp, 16 * i))
-            builder.store(
-                row, builder.bitcast(builder.gep(d_arr, [idx]), vty.as_pointer()), align=4
-            )
+
+        def at(arr, index):
+            return builder.bitcast(builder.gep(arr, [index]), vty.as_pointer())
+
+        for r0 in range(0, 16, n):  # the n x n sub-block of source rows r0.., lanes c0..
+            for c0 in range(0, 16, n):
+                rows = []
+                for j in range(r0, r0 + n):
+                    idx = builder.add(soff_, builder.mul(stride_, ir.Constant(intp, j)))
+                    idx = builder.add(idx, ir.Constant(intp, c0))
+                    rows.append(builder.load(at(s_arr, idx), align=4))
+                for i, row in enumerate(_transpose_ir(builder, rows)):
+                    idx = builder.add(doff_, ir.Constant(intp, 16 * (c0 + i) + r0))
+                    builder.store(row, at(d_arr, idx), align=4)
         return context.get_dummy_value()
 
     return types.none(src, soff, stride, dst, doff), codegen
@@ -884,18 +995,21 @@ def _store_row(out, m, n0, nt, lo, hi, tmp):
 
 
 @numba.njit(inline="always")
-def _word_dot(isum, x, QD, qd, wbits, bmask):
+def _word_dot(isum, x, QD, qd, wbits, bmask, small):
     """``isum`` plus, per column, the products of the elements of weight word ``x`` with the
     activation words ``QD.flat[qd:qd + 8//wbits]``: one vpdpbusd per ``8 // wbits``
-    elements (the element bytes of each word, ``(x >> r*wbits) & bmask``)."""
+    elements (the element bytes of each word, ``(x >> r*wbits) & bmask``).  ``small``: every
+    weight code is below 128 (bits < 8), which lets AVX2 / AVX-512BW take ``pmaddubsw``."""
     if wbits == 4:
-        isum = _dpbusd(isum, _vand(x, bmask), _splat_i32(_scalar(QD, qd)))
-        return _dpbusd(isum, _vand(_vshr(x, 4), bmask), _splat_i32(_scalar(QD, qd + 1)))
+        isum = _dpbusd_small(isum, _vand(x, bmask), _splat_i32(_scalar(QD, qd)))
+        return _dpbusd_small(isum, _vand(_vshr(x, 4), bmask), _splat_i32(_scalar(QD, qd + 1)))
     if wbits == 8:
+        if small:
+            return _dpbusd_small(isum, x, _splat_i32(_scalar(QD, qd)))
         return _dpbusd(isum, x, _splat_i32(_scalar(QD, qd)))
     for r in range(8 // wbits):
         q = _vand(_vshr(x, r * wbits), bmask)
-        isum = _dpbusd(isum, q, _splat_i32(_scalar(QD, qd + r)))
+        isum = _dpbusd_small(isum, q, _splat_i32(_scalar(QD, qd + r)))
     return isum
 
 
@@ -928,6 +1042,7 @@ def _tile_int8_rows(QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbit
     P = 8 // wbits
     bmask = _splat_i32(_byte_mask(wbits))
     exact = wpb * (32 // wbits) <= 16384  # block_size: 127 * 255 * 16384 < 2**29
+    small = mid < 128  # bits < 8: every weight code below 128
     zero = _splat_f64(0.0)
     a0 = a1 = b0 = b1 = c0 = c1 = d0 = d1 = zero
     for blk in range(kb):
@@ -935,11 +1050,11 @@ def _tile_int8_rows(QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbit
         for w in range(wpb):
             x = _vload(W, wo + (blk * wpb + w) * TILE)
             qd = m * nq + (blk * wpb + w) * P
-            i0 = _word_dot(i0, x, QD, qd, wbits, bmask)
+            i0 = _word_dot(i0, x, QD, qd, wbits, bmask, small)
             if R == 4:  # the element bytes of x are computed once for all four rows
-                i1 = _word_dot(i1, x, QD, qd + nq, wbits, bmask)
-                i2 = _word_dot(i2, x, QD, qd + 2 * nq, wbits, bmask)
-                i3 = _word_dot(i3, x, QD, qd + 3 * nq, wbits, bmask)
+                i1 = _word_dot(i1, x, QD, qd + nq, wbits, bmask, small)
+                i2 = _word_dot(i2, x, QD, qd + 2 * nq, wbits, bmask, small)
+                i3 = _word_dot(i3, x, QD, qd + 3 * nq, wbits, bmask, small)
         s = _vload(S, so + blk * TILE)
         z, _ = _block_zero_point(Z, zo, C, co, s, blk, zmode, wbits, mid)
         zs = _vmul(_vneg(s), z)
@@ -1049,16 +1164,19 @@ def _tile_float_rows(A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, 
                 _vstore(wb, (j0 + e) * TILE, _lo_f64(wv))
                 _vstore(wb, (j0 + e) * TILE + 8, _hi_f64(wv))
         m = 0
-        while m + 4 <= M:
+        rows = 4 if _avx512() else 2  # the accumulators (4 per 2 rows) stay in registers
+        while m + rows <= M:
             r0 = m * TILE
             p0 = _vload(acc, r0)
             p1 = _vload(acc, r0 + 8)
             p2 = _vload(acc, r0 + 16)
             p3 = _vload(acc, r0 + 24)
-            p4 = _vload(acc, r0 + 32)
-            p5 = _vload(acc, r0 + 40)
-            p6 = _vload(acc, r0 + 48)
-            p7 = _vload(acc, r0 + 56)
+            p4 = p5 = p6 = p7 = p0
+            if rows == 4:
+                p4 = _vload(acc, r0 + 32)
+                p5 = _vload(acc, r0 + 40)
+                p6 = _vload(acc, r0 + 48)
+                p7 = _vload(acc, r0 + 56)
             ka = m * K + k0
             for j in range(kend):
                 w0 = _vload(wb, j * TILE)
@@ -1069,21 +1187,23 @@ def _tile_float_rows(A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, 
                 a = _splat_f64(_scalar(A64, ka + K + j))
                 p2 = _vfma(a, w0, p2)
                 p3 = _vfma(a, w1, p3)
-                a = _splat_f64(_scalar(A64, ka + 2 * K + j))
-                p4 = _vfma(a, w0, p4)
-                p5 = _vfma(a, w1, p5)
-                a = _splat_f64(_scalar(A64, ka + 3 * K + j))
-                p6 = _vfma(a, w0, p6)
-                p7 = _vfma(a, w1, p7)
+                if rows == 4:
+                    a = _splat_f64(_scalar(A64, ka + 2 * K + j))
+                    p4 = _vfma(a, w0, p4)
+                    p5 = _vfma(a, w1, p5)
+                    a = _splat_f64(_scalar(A64, ka + 3 * K + j))
+                    p6 = _vfma(a, w0, p6)
+                    p7 = _vfma(a, w1, p7)
             _vstore(acc, r0, p0)
             _vstore(acc, r0 + 8, p1)
             _vstore(acc, r0 + 16, p2)
             _vstore(acc, r0 + 24, p3)
-            _vstore(acc, r0 + 32, p4)
-            _vstore(acc, r0 + 40, p5)
-            _vstore(acc, r0 + 48, p6)
-            _vstore(acc, r0 + 56, p7)
-            m += 4
+            if rows == 4:
+                _vstore(acc, r0 + 32, p4)
+                _vstore(acc, r0 + 40, p5)
+                _vstore(acc, r0 + 48, p6)
+                _vstore(acc, r0 + 56, p7)
+            m += rows
         while m < M:
             p0 = _vload(acc, m * TILE)
             p1 = _vload(acc, m * TILE + 8)

@@ -5,7 +5,8 @@
 x86 tier (see tests/model/test_isa_targets.py). The calls cover every kernel family: Q / DQ
 per tensor, per axis and blocked (int8, uint8, int4, float8, float16 input, the line-store
 paths at 4096 columns), DirectML quantize, MX, the block quantiser, and MatMulNBits at
-accuracy levels 0 and 4 for 2, 4 and 8 bits, with M = 1 and 16 (the packed and tiled paths).
+accuracy levels 0 and 4 for 2, 4 and 8 bits, with M = 1 and 16 (the packed and tiled paths),
+and prepared 3- and 7-bit weights (stored as bytes).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import ml_dtypes
 import numpy as np
 
 import qaccel
+from qaccel.model.nbits import prepare_nbits
 
 
 def results() -> dict[str, np.ndarray]:
@@ -57,6 +59,13 @@ def results() -> dict[str, np.ndarray]:
             for level in (0, 4):
                 out[f"mm{bits}_{m}_{level}"] = qaccel.matmul_nbits(
                     A, B, S, Z, K=K, N=N, bits=bits, block_size=32, accuracy_level=level)
+    for bits in (3, 7):  # prepared: byte codes below 128 (the pmaddubsw dot product)
+        B, S, Z = qaccel.quantize_weights_nbits(W, bits=bits, block_size=32, symmetric=False)
+        weights = prepare_nbits(B, S, Z, K=K, N=N, bits=bits, block_size=32)
+        for m in (1, 16):
+            A = rng.standard_normal((m, K)).astype(np.float32)
+            for level in (0, 4):
+                out[f"mm{bits}_{m}_{level}_prepared"] = weights.matmul(A, accuracy_level=level)
     return out
 
 

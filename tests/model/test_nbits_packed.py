@@ -138,25 +138,32 @@ def _dot_kernel(dpbusd):
     return dots
 
 
-def _has_vnni():
-    import llvmlite.binding as llvm
+def _host_tiers():
+    """The dot-product tiers this CPU can execute (the host's and every one below it)."""
+    from numba.core.registry import cpu_target
 
-    return bool(llvm.get_host_cpu_features().get("avx512vnni"))
+    tiers = kernels.DOT_TIERS
+    return tiers[tiers.index(kernels.dot_tier(cpu_target.target_context)):]
 
 
-def test_dpbusd_variants_vs_numpy():
-    """vpdpbusd (AVX512-VNNI, when the CPU has it), its plain-IR replacement and the one the
-    kernels use: acc + sum of four zext(u byte) * sext(s byte) per int32 lane, wrapping."""
+@pytest.mark.parametrize("small", [False, True])
+def test_dpbusd_tiers_vs_numpy(small):
+    """Every dot-product tier the CPU can run (AVX512-VNNI vpdpbusd, AVX-512BW and AVX2
+    pmaddubsw / pmaddwd, plain IR), and the one the kernels use: acc + sum of four
+    zext(u byte) * sext(s byte) per int32 lane, wrapping; ``small`` variants for u below 128
+    (pmaddubsw's pair sums then cannot saturate), at the extremes too."""
     rng = np.random.default_rng(0)
     n = 16 * 64
+    top = 128 if small else 256
     acc = rng.integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32)
-    u = rng.integers(0, 256, 4 * n, dtype=np.uint8)
+    u = rng.integers(0, top, 4 * n, dtype=np.uint8)
     s = rng.integers(-128, 128, 4 * n, dtype=np.int8)
+    u[: 4 * 16], s[: 4 * 16] = top - 1, -128  # the largest products, every lane of a vector
+    u[4 * 16: 8 * 16], s[4 * 16: 8 * 16] = top - 1, 127
     ref = acc.astype(np.int64) + (u.astype(np.int64) * s).reshape(n, 4).sum(1)
     ref = ref.astype(np.int32)  # wraps like int32
-    variants = [kernels._dpbusd_plain, kernels._dpbusd]
-    if _has_vnni():
-        variants.append(kernels._dpbusd_vnni)
+    variants = [kernels.DOT_VARIANTS[t, small] for t in _host_tiers()]
+    variants.append(kernels._dpbusd_small if small else kernels._dpbusd)
     for dpbusd in variants:
         out = np.empty(n, np.int32)
         _dot_kernel(dpbusd)(acc, u.view(np.int32), s.view(np.int32), out)
