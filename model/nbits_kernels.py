@@ -8,8 +8,10 @@ MatMulNBits has two sets of kernels with the same results, bit for bit:
 
 - :func:`matmul_packed` and :func:`matmul_tiles` (bits 2, 4, 8 per call; any bits prepared;
   no g_idx), written with explicit 512-bit vectors (section "SIMD vectors"): column tiles of
-  16 columns, B's packed 32-bit words unpacked in registers, AVX512-VNNI dot products for
-  the int8 path.  They run on threads that claim work items (:mod:`.quant_kernels`).
+  16 columns, B's packed 32-bit words unpacked in registers, the int8 path's dot products
+  with the instructions of the CPU tier compiled for (:data:`DOT_TIERS`: AVX512-VNNI,
+  AVX-512BW, AVX2, plain IR; every tier gives the same bits).  They run on threads that claim
+  work items (:mod:`.quant_kernels`).
 - :func:`matmul`, the general one (g_idx, bits 3, 5, 6, 7 per call, NaN or infinity in A on
   the int8 path, blocks above 65536), auto-vectorised by LLVM, with ``prange``.  Its hot
   loops index with unsigned integers (``_U``): Numba then skips negative-index wraparound,
@@ -457,9 +459,10 @@ def matmul(A, sa, absum, Bw, scales, zpk, zpf, zmode, gidx, bits, block_size, in
 # (loads, stores, lane-wise arithmetic, conversions, shuffles).  LLVM keeps such values in
 # registers and lowers them to whatever the CPU has (two 256-bit halves without AVX-512).
 # Each operation is one IEEE operation per lane (no fastmath, no contraction), so the
-# kernels state their arithmetic exactly.  The one CPU-specific instruction is AVX512-VNNI's
-# vpdpbusd, emitted only when the compiling target has it (an exact integer operation, so
-# its generic replacement gives the same bits).
+# kernels state their arithmetic exactly.  The CPU-specific parts are chosen by the tier of
+# the compiling target (dot_tier): the int8 dot product (AVX512-VNNI vpdpbusd, AVX-512BW or
+# AVX2 pmaddubsw / pmaddwd, or plain IR: exact integer operations, so the same bits), the
+# width of the in-register transposes, and how many rows of accumulators stay in registers.
 
 
 class _Vec(types.Type):
