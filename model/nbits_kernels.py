@@ -735,6 +735,12 @@ def dot_tier(context) -> str:
     return _tiers[id(tm)]
 
 
+def _has_avx512(context) -> bool:
+    """Whether ``context``'s target has AVX-512: 32 vector registers of 512 bits (AVX2 has 16
+    of 256)."""
+    return dot_tier(context) in ("vnni", "avx512bw")
+
+
 def _x86_pairs(builder, tier, name, a, b, lanes_in, out_lanes):
     """An x86 pairwise multiply-add (``pmaddubsw`` / ``pmaddwd``) on 512-bit operands: the
     AVX-512BW instruction, or two AVX2 ones on the 256-bit halves (``tier`` avx2)."""
@@ -819,11 +825,11 @@ DOT_VARIANTS = {(t, small): _dpbusd_intrinsic(t, small) for t in DOT_TIERS
 
 @intrinsic
 def _avx512(typingctx):
-    """True (a constant) when the compile target has AVX-512: 32 vector registers of 512
-    bits, where AVX2 has 16 of 256 (so a kernel keeps half as many accumulators there)."""
+    """:func:`_has_avx512` of the compile target, as a constant (a kernel keeps half as many
+    accumulators in registers without it)."""
 
     def codegen(context, builder, sig, args):
-        return ir.Constant(ir.IntType(1), dot_tier(context) in ("vnni", "avx512bw"))
+        return ir.Constant(ir.IntType(1), _has_avx512(context))
 
     return types.boolean(), codegen
 
@@ -857,7 +863,7 @@ def _transpose16(typingctx, src, soff, stride, dst, doff):
         return None
 
     def codegen(context, builder, sig, args):
-        n = 16 if dot_tier(context) in ("vnni", "avx512bw") else 8  # lanes per register
+        n = 16 if _has_avx512(context) else 8  # lanes per register
         vty = ir.VectorType(ir.IntType(32), n)
         intp = context.get_value_type(types.intp)
         s_arr = context.make_array(sig.args[0])(context, builder, args[0]).data
