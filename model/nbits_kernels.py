@@ -923,6 +923,7 @@ def _prefetch(typingctx, arr, i):
 
 TILE = 16
 PREFETCH_WORDS = 128  # how far ahead in each row _tile_columns prefetches (512 bytes)
+PREFETCH_TILE_WORDS = 32  # how far ahead the int8 path prefetches a tile's words (2 KB)
 
 
 @numba.njit(inline="always")
@@ -1057,6 +1058,7 @@ def _tile_int8_rows(QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbit
     for blk in range(kb):
         i0 = i1 = i2 = i3 = _splat_i32(0)
         for w in range(wpb):
+            _prefetch(W, wo + (blk * wpb + w + PREFETCH_TILE_WORDS) * TILE)
             x = _vload(W, wo + (blk * wpb + w) * TILE)
             qd = m * nq + (blk * wpb + w) * P
             i0 = _word_dot(i0, x, QD, qd, wbits, bmask, small)
