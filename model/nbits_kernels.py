@@ -923,7 +923,7 @@ def _prefetch(typingctx, arr, i):
 
 TILE = 16
 PREFETCH_WORDS = 128  # how far ahead in each row _tile_columns prefetches (512 bytes)
-PREFETCH_TILE_WORDS = 32  # how far ahead the int8 path prefetches a tile's words (2 KB)
+PREFETCH_TILE_WORDS = 32  # how far ahead the kernels prefetch a prepared tile's words (2 KB)
 
 
 @numba.njit(inline="always")
@@ -1039,7 +1039,9 @@ def _block_term(acc0, acc1, xs, isum, bsum, zs0, zs1, exact):
 
 
 @numba.njit
-def _tile_int8_rows(QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb):
+def _tile_int8_rows(
+    QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb, pf, po
+):
     """Int8 path of rows ``m .. m+R`` of A (R = 1 or 4) on a tile, accumulators in registers.
 
     QD (M, nq) holds the activation words: int32 ``QD[m, (b*wpb + w)*P + r]`` packs, byte
@@ -1058,7 +1060,7 @@ def _tile_int8_rows(QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbit
     for blk in range(kb):
         i0 = i1 = i2 = i3 = _splat_i32(0)
         for w in range(wpb):
-            _prefetch(W, wo + (blk * wpb + w + PREFETCH_TILE_WORDS) * TILE)
+            _prefetch(pf, po + (blk * wpb + w) * TILE)
             x = _vload(W, wo + (blk * wpb + w) * TILE)
             qd = m * nq + (blk * wpb + w) * P
             i0 = _word_dot(i0, x, QD, qd, wbits, bmask, small)
@@ -1103,7 +1105,9 @@ def _fma_element(acc0, acc1, x, shift, qmask, z, s, c, has_c, a):
 
 
 @numba.njit
-def _tile_float_row(A64, m, G, W, wo, S, so, Z, zo, C, co, steps, zmode, wbits, mid, K, bs, kb):
+def _tile_float_row(
+    A64, m, G, W, wo, S, so, Z, zo, C, co, steps, zmode, wbits, mid, K, bs, kb, pf, po, po1
+):
     """Float path of row m of A on G = 1 or 2 tiles (the second one's data ``steps`` after
     the first's): unpack, dequantise and accumulate in one pass, the accumulators in
     registers.  ``acc += f64(a) * f64(w)`` fused (exact products), k ascending: a chain of
@@ -1126,7 +1130,10 @@ def _tile_float_row(A64, m, G, W, wo, S, so, Z, zo, C, co, steps, zmode, wbits, 
             j0 = w * epw
             if j0 >= kend:
                 break
+            _prefetch(pf, po + (blk * wpb + w) * TILE)
             x = _vload(W, wo + (blk * wpb + w) * TILE)
+            if G == 2:
+                _prefetch(pf, po1 + (blk * wpb + w) * TILE)
             x1 = _vload(W, w1 + (blk * wpb + w) * TILE) if G == 2 else x
             ka = m * K + k0 + j0
             if wbits == 4 and j0 + 8 <= kend:  # unrolled: constant shifts
@@ -1146,7 +1153,9 @@ def _tile_float_row(A64, m, G, W, wo, S, so, Z, zo, C, co, steps, zmode, wbits, 
 
 
 @numba.njit
-def _tile_float_rows(A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb, acc, wb):
+def _tile_float_rows(
+    A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb, acc, wb, pf, po
+):
     """Float path of all M rows of A on a tile; ``acc`` (M*TILE) float64 in memory.
 
     Each block is dequantised once to float64 (``wb``), then accumulated into four rows at a
@@ -1166,6 +1175,7 @@ def _tile_float_rows(A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, 
             j0 = w * epw
             if j0 >= kend:
                 break
+            _prefetch(pf, po + (blk * wpb + w) * TILE)
             x = _vload(W, wo + (blk * wpb + w) * TILE)
             for e in range(min(epw, kend - j0)):
                 q = _to_f32(_vand(_vshr(x, e * wbits), qmask))
@@ -1240,9 +1250,16 @@ def _shifted(offsets, steps, g):
 
 
 @numba.njit
-def _tiles(A64, QD, sa, absum, arrays, offsets, steps, G, zmode, wbits, bits, bs, K, int8, out, n0):
+def _tiles(
+    A64, QD, sa, absum, arrays, offsets, steps, G, zmode, wbits, bits, bs, K, int8, out, n0,
+    pf, pbase, pstep,
+):
     """Output columns from ``n0`` on, for all rows, from G consecutive tiles: the arrays (W,
-    S, Z, C) of tile g start at ``offsets + g * steps`` (flat element offsets)."""
+    S, Z, C) of tile g start at ``offsets + g * steps`` (flat element offsets).
+
+    While tile g is computed, the words ``pf.flat[pbase + g*pstep ...]`` that follow (one
+    cache line of TILE words per word of the tile's columns) are prefetched: further along
+    the prepared tiles, or B's rows of the next work item in the per-call kernel."""
     W, S, Z, C = arrays
     M, N = out.shape
     kb = (K + bs - 1) // bs
@@ -1255,7 +1272,8 @@ def _tiles(A64, QD, sa, absum, arrays, offsets, steps, G, zmode, wbits, bits, bs
             two = 2 if g + 2 <= G else 1
             wo, so, zo, co = _shifted(offsets, steps, g)
             r = _tile_float_row(
-                A64, 0, two, W, wo, S, so, Z, zo, C, co, steps, zmode, wbits, mid, K, bs, kb
+                A64, 0, two, W, wo, S, so, Z, zo, C, co, steps, zmode, wbits, mid, K, bs, kb,
+                pf, pbase + g * pstep, pbase + (g + 1) * pstep,
             )
             for i in range(two):
                 c0 = n0 + (g + i) * TILE
@@ -1273,7 +1291,8 @@ def _tiles(A64, QD, sa, absum, arrays, offsets, steps, G, zmode, wbits, bits, bs
             while m < M:
                 R = 4 if m + 4 <= M else 1
                 r = _tile_int8_rows(
-                    QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb
+                    QD, sa, absum, m, R, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, kb, wpb,
+                    pf, pbase + g * pstep,
                 )
                 for i in range(R):
                     _store_row(out, m + i, c0, nt, r[2 * i], r[2 * i + 1], tmp)
@@ -1281,7 +1300,8 @@ def _tiles(A64, QD, sa, absum, arrays, offsets, steps, G, zmode, wbits, bits, bs
         else:
             acc[:] = 0.0
             _tile_float_rows(
-                A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb, acc, wb
+                A64, W, wo, S, so, Z, zo, C, co, zmode, wbits, mid, K, bs, kb, wpb, acc, wb,
+                pf, pbase + g * pstep,
             )
             for m in range(M):
                 lo, hi = _vload(acc, m * TILE), _vload(acc, m * TILE + 8)
@@ -1316,6 +1336,8 @@ def matmul_packed(items, A64, QD, sa, absum, B, S, Z, C, zmode, wbits, bits, bs,
 
     Each tile is laid out as :func:`tile_columns` does, one at a time (in-register
     transposes), then computed; the order per output does not depend on tiling or threads.
+    A thread claims its next item when it starts one, and prefetches that item's rows of B
+    while it computes (a line per word of each tile's columns).
     """
     N, nw = B.shape
     kb = S.shape[1]
@@ -1333,6 +1355,7 @@ def matmul_packed(items, A64, QD, sa, absum, B, S, Z, C, zmode, wbits, bits, bs,
     while i < items[2]:
         t0 = i * G
         t1 = min(ntiles, t0 + G)
+        following = next_item(items)  # claimed now: its rows of B are prefetched meanwhile
         for t in range(t0, t1):
             n0 = t * TILE
             nt = min(TILE, N - n0)
@@ -1360,9 +1383,12 @@ def matmul_packed(items, A64, QD, sa, absum, B, S, Z, C, zmode, wbits, bits, bs,
             int8,
             out,
             t0 * TILE,
+            B,
+            following * G * TILE * nw,
+            TILE * nw,
         )
         item_done(items)
-        i = next_item(items)
+        i = following
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1394,6 +1420,9 @@ def matmul_tiles(items, A64, QD, sa, absum, W, S, Z, C, zmode, wbits, bits, bs, 
             int8,
             out,
             t0 * TILE,
+            arrays[0],
+            offsets[0] + PREFETCH_TILE_WORDS * TILE,
+            steps[0],
         )
         item_done(items)
         i = next_item(items)
