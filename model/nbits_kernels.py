@@ -1355,7 +1355,9 @@ def matmul_packed(items, A64, QD, sa, absum, B, S, Z, C, zmode, wbits, bits, bs,
     while i < items[2]:
         t0 = i * G
         t1 = min(ntiles, t0 + G)
-        following = next_item(items)  # claimed now: its rows of B are prefetched meanwhile
+        # claimed now: its rows of B are prefetched meanwhile (past the end of B when there is
+        # none, which is harmless: a prefetch never faults)
+        following = next_item(items)
         for t in range(t0, t1):
             n0 = t * TILE
             nt = min(TILE, N - n0)
