@@ -26,6 +26,8 @@ Number formats inside the kernels:
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import sys
 import threading
@@ -250,30 +252,30 @@ def _dq(xe, sv, ze, prm, out):
 
 
 @intrinsic
-def _fetch_add(typingctx, arr, i):
-    """Atomically add 1 to ``arr[i]`` (int64, C-contiguous), returning the old value."""
+def _fetch_add(typingctx, arr, i, delta):
+    """Atomically add ``delta`` to ``arr[i]`` (int64, C-contiguous), returning the old value."""
     if not (isinstance(arr, types.Array) and arr.dtype == types.int64 and arr.layout == "C"):
         return None
 
     def codegen(context, builder, sig, args):
         data = context.make_array(sig.args[0])(context, builder, args[0]).data
         index = context.cast(builder, args[1], sig.args[1], types.intp)
-        one = ir.Constant(ir.IntType(64), 1)
-        return builder.atomic_rmw("add", builder.gep(data, [index]), one, "seq_cst")
+        value = context.cast(builder, args[2], sig.args[2], types.int64)
+        return builder.atomic_rmw("add", builder.gep(data, [index]), value, "seq_cst")
 
-    return types.int64(arr, i), codegen
+    return types.int64(arr, i, delta), codegen
 
 
 @numba.njit(**_JIT)
 def next_item(items):
     """Claim the next work item of ``items`` (``>= items[2]``: none left)."""
-    return _fetch_add(items, 0)
+    return _fetch_add(items, 0, 1)
 
 
 @numba.njit(**_JIT)
 def item_done(items):
     """Count a claimed work item as computed (after its results are stored)."""
-    _fetch_add(items, 1)
+    _fetch_add(items, 1, 1)
 
 
 # --- kernels -------------------------------------------------------------------------------
@@ -734,8 +736,9 @@ def dequantize_kernel(items, x, s, z, out, sizes, strides, blocks, prm):
 #: slower (1.3-1.6x at 256K elements), from 1M on it pays for Q and blocked DQ.
 PARALLEL_MIN_ELEMENTS = 1 << 20
 #: The calling thread, done with its items, waits for the helpers' last items spinning this
-#: long, then in sleeps of this long.
-WAIT_SPIN_SECONDS = 50e-6
+#: long with the GIL released (a helper returning from the kernel needs it), then in sleeps
+#: of this long.
+WAIT_SPIN_SECONDS = 1e-3
 WAIT_SLEEP_SECONDS = 50e-6
 #: A helper thread, done with a job, spins this long for the next one before it sleeps
 #: (as ONNX Runtime's pool threads do): back-to-back calls then find it on a core.
@@ -771,8 +774,18 @@ def _pause(typingctx):
 
 
 @numba.njit(cache=True, nogil=True)
-def _wait_for_job(ctrl, seen, spins):
-    """Poll ``ctrl[0]`` until it differs from ``seen``, at most ``spins`` times; return it."""
+def _hold(items, delta):
+    """Count a helper in (``delta`` 1) or out (-1) of ``items``'s job: ``items[3]``."""
+    _fetch_add(items, 3, delta)
+
+
+@numba.njit(cache=True, nogil=True)
+def _wait_for_job(ctrl, seen, spins, held):
+    """Count the helper out of the job of ``held`` (the items of the job it last worked on,
+    if not None), with the GIL released; then poll ``ctrl[0]`` until it differs from
+    ``seen``, at most ``spins`` times; return it."""
+    if held is not None:
+        _hold(held, -1)
     for _ in range(spins):
         value = _load_atomic(ctrl, 0)
         if value != seen:
@@ -781,28 +794,73 @@ def _wait_for_job(ctrl, seen, spins):
     return _load_atomic(ctrl, 0)
 
 
+@numba.njit(cache=True, nogil=True)
+def _wait_for_helpers(items, spins):
+    """Poll until no helper holds the job of ``items`` (``items[3] == 0``), at most ``spins``
+    times."""
+    for _ in range(spins):
+        if _load_atomic(items, 3) == 0:
+            return
+        _pause()
+
+
+def _cpu_getter():
+    """``sched_getcpu`` of the C library (the CPU the calling thread runs on), or None where
+    there is none or threads cannot be bound to CPUs."""
+    try:
+        getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
+    except (AttributeError, OSError):
+        return None
+    getcpu.restype = ctypes.c_int
+    getcpu.argtypes = ()
+    return getcpu if hasattr(os, "sched_setaffinity") and getcpu() >= 0 else None
+
+
+_getcpu = _cpu_getter()
+
+
 class _Helpers:
     """Helper threads that run the kernel of each job posted, next to the calling thread.
 
     Between jobs a helper spins for HELPER_SPIN_SECONDS with the GIL released, then sleeps
-    until the next job; a job posted while it spins starts at once, on its own core."""
+    until the next job; a job posted while it spins starts at once, on its own core.
+
+    During a job (:func:`run_items`) the caller and each helper are bound to CPUs of their
+    own."""
 
     def __init__(self, n_threads: int):
         self.pid = os.getpid()
         self.ctrl = np.zeros(1, np.int64)  # sequence number of the last job posted
         self.job = None
         self.cond = threading.Condition()
-        ensure_compiled(_wait_for_job, self.ctrl, 1, 0)
+        for held in (None, np.zeros(4, np.int64)):
+            ensure_compiled(_wait_for_job, self.ctrl, 1, 0, held)
+        ensure_compiled(_wait_for_helpers, np.zeros(4, np.int64), 0)
+        ensure_compiled(_hold, np.zeros(4, np.int64), 0)
         t0 = time.perf_counter()
-        _wait_for_job(self.ctrl, 0, 20000)
+        _wait_for_job(self.ctrl, 0, 20000, None)
         per_spin = max(time.perf_counter() - t0, 1e-6) / 20000
         self.spins = max(1, int(HELPER_SPIN_SECONDS / per_spin))
+        self.wait_spins = max(1, int(WAIT_SPIN_SECONDS / per_spin))
         self.threads = [
             threading.Thread(target=self._loop, name=f"qaccel-{i}", daemon=True)
             for i in range(n_threads)
         ]
         for thread in self.threads:
             thread.start()
+        self.placed_for = None  # (caller's CPU, the CPUs it may use) the binding is for
+
+    def place(self, cpu: int, allowed: frozenset) -> None:
+        """Bind the helpers to the CPUs of ``allowed`` other than ``cpu`` (the caller's)."""
+        if (cpu, allowed) == self.placed_for:
+            return
+        others = sorted(allowed - {cpu}) or sorted(allowed)
+        try:
+            for i, thread in enumerate(self.threads):
+                os.sched_setaffinity(thread.native_id, {others[i % len(others)]})
+        except OSError:  # a sandbox may forbid it: the scheduler places them then
+            return
+        self.placed_for = (cpu, allowed)
 
     def post(self, job) -> None:
         """Offer ``job = (kernel, items, args, errors)`` to the helpers."""
@@ -818,26 +876,26 @@ class _Helpers:
                 self.job = None
 
     def _loop(self) -> None:
-        seen = 0
+        seen, held = 0, None
         while True:
-            if _wait_for_job(self.ctrl, seen, self.spins) == seen:
+            # counted out of its last job only now, with the GIL released and its references
+            # to the job's arrays dropped: the caller waits for that without the GIL
+            if _wait_for_job(self.ctrl, seen, self.spins, held) == seen:
                 with self.cond:
                     while self.ctrl[0] == seen:
                         self.cond.wait()
+            held = None
             with self.cond:
                 seen = int(self.ctrl[0])
                 if self.job is None or self.job[1][0] >= self.job[1][2]:
                     continue  # nothing left to claim
-                kernel, items, args, errors = self.job
-                items[3] += 1  # a helper holds the job's arrays
+                kernel, held, args, errors = self.job
+                _hold(held, 1)  # a helper holds the job's arrays
             try:
-                kernel(items, *args)
+                kernel(held, *args)
             except BaseException as exc:  # handed to the calling thread
                 errors.append(exc)
-            finally:
-                del kernel, args  # no reference to the arrays (output buffers) is left
-                with self.cond:
-                    items[3] -= 1
+            del kernel, args, errors  # no reference to the arrays (output buffers) is left
 
 
 _helpers: _Helpers | None = None
@@ -857,6 +915,33 @@ def _get_helpers(n_threads: int) -> _Helpers:
         if _helpers is None or len(_helpers.threads) < n_threads or _helpers.pid != os.getpid():
             _helpers = _Helpers(n_threads)
         return _helpers
+
+
+@contextlib.contextmanager
+def _bound_to_own_cpu(helpers: _Helpers):
+    """Inside the block the calling thread stays on the CPU it is on, and the helpers are
+    bound to the others it may use (on Linux; elsewhere the scheduler places them all).
+
+    Left to the scheduler, a helper woken by the caller was often queued on the caller's own
+    CPU while another one idled, or the caller was moved onto a helper's: on a 2-vCPU VM,
+    M = 1 MatMulNBits at two threads then took as long as at one thread, or 4x as long when
+    the two shared time slices.  The caller's own binding is restored on leaving.
+    """
+    if _getcpu is None:
+        yield
+        return
+    allowed = os.sched_getaffinity(0)
+    cpu = _getcpu()
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError:  # a sandbox may forbid it
+        yield
+        return
+    try:
+        helpers.place(cpu, frozenset(allowed))
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def run_items(kernel, n_items: int, n_elements: int, *args) -> None:
@@ -880,21 +965,19 @@ def run_items(kernel, n_items: int, n_elements: int, *args) -> None:
     errors: list[BaseException] = []
     job = (kernel, items, args, errors)
     helpers = _get_helpers(n_threads - 1)
-    helpers.post(job)
-    try:
-        kernel(items, *args)
-    finally:
-        helpers.retract(job)
-    # items claimed by a helper and not computed yet, and helpers that still hold the arrays
-    # (they are about to drop them): spin briefly, then sleep
-    spin_end = time.perf_counter() + WAIT_SPIN_SECONDS
-    while items[1] < n_items or items[3]:
-        if errors:
-            raise errors[0]
-        if time.perf_counter() < spin_end:
-            os.sched_yield()
-        else:
-            time.sleep(WAIT_SLEEP_SECONDS)
+    with _bound_to_own_cpu(helpers):
+        helpers.post(job)
+        try:
+            kernel(items, *args)
+        finally:
+            helpers.retract(job)
+    # helpers still computing items or holding the arrays: wait without the GIL (a helper
+    # needs it to leave the kernel), then in sleeps
+    _wait_for_helpers(items, helpers.wait_spins)
+    while items[3]:
+        time.sleep(WAIT_SLEEP_SECONDS)
+    if errors:
+        raise errors[0]
 
 
 # --- output buffers --------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import ml_dtypes
 import numba
 import numpy as np
@@ -185,6 +187,38 @@ def test_run_items_honours_numba_set_num_threads(monkeypatch):
     if qk._n_threads() > 1:
         qk.run_items(_count_items, n, 1, np.zeros(n, np.int64))
         assert calls == [qk._n_threads() - 1]
+
+
+@pytest.mark.skipif(qk._n_threads() < 2, reason="needs two CPUs")
+def test_run_items_binds_threads_to_cpus_of_their_own_and_restores_the_caller(monkeypatch):
+    """During a parallel job the caller stays on its CPU and the helpers on the others; the
+    caller's own binding is back afterwards, also when a helper's item fails."""
+    monkeypatch.setattr(qk, "PARALLEL_MIN_ELEMENTS", 0)
+    before = os.sched_getaffinity(0)
+    seen = np.zeros(64, np.int64)
+    qk.run_items(_count_items, 64, 1, seen)
+    np.testing.assert_array_equal(seen, 1)
+    assert os.sched_getaffinity(0) == before
+    if qk._getcpu is not None:
+        cpu, allowed = qk._helpers.placed_for
+        assert allowed == before
+        for thread in qk._helpers.threads:
+            assert os.sched_getaffinity(thread.native_id) <= before - {cpu}
+    for _ in range(20):  # the failing item goes to the caller or to a helper
+        with pytest.raises(ValueError, match="item 5 failed"):
+            qk.run_items(_fail_at_item_5, 64, 1, np.zeros(64, np.int64))
+        assert os.sched_getaffinity(0) == before
+
+
+@numba.njit(nogil=True)
+def _fail_at_item_5(items, seen):
+    w = qk.next_item(items)
+    while w < items[2]:
+        if w == 5:
+            raise ValueError("item 5 failed")
+        seen[w] += 1
+        qk.item_done(items)
+        w = qk.next_item(items)
 
 
 @numba.njit(nogil=True)
