@@ -35,6 +35,8 @@ __all__ = [
     "Q_OUTPUTS",
     "NBITS",
     "SCALES",
+    "M_TILES",
+    "MAX_BLOCK_SIZES",
     "SIMD",
     "ZERO_POINTS",
     "AccelConfig",
@@ -60,6 +62,10 @@ DQ_OUTPUTS = ("float32", "float16", "bfloat16")
 PRECISIONS = ("float32", "float16", "bfloat16", "float64")
 #: K elements per cycle per output column the MatMulNBits engine supports.
 SIMD = (1, 2, 4, 8, 16)
+#: Rows of A per MatMulNBits row tile (``m_tile``; the MAC array's rows).
+M_TILES = range(1, 17)
+#: The largest MatMulNBits block size an engine takes (``max_block_size``): powers of two.
+MAX_BLOCK_SIZES = range(16, 1025)
 #: MatMulNBits weight widths.
 NBITS = (2, 3, 4, 5, 6, 7, 8)
 #: MatMulNBits zero points: absent (``2 ** (bits - 1)``), packed uint8 codes, or float.
@@ -251,12 +257,14 @@ class AccelConfig:
                              f"{tuple(self.nbits)!r}")
         set_(self, "nbits", tuple(sorted(self.nbits)))
         check_int("partial_sums", self.partial_sums, 1, 16)
-        mb = check_int("max_block_size", self.max_block_size, 16, 1024)
+        lo, hi = MAX_BLOCK_SIZES.start, MAX_BLOCK_SIZES.stop - 1
+        mb = check_int("max_block_size", self.max_block_size, lo, hi)
         if mb & (mb - 1) or mb < self.simd:
-            raise ValueError(f"max_block_size must be a power of two from 16 to 1024, not {mb}")
+            raise ValueError(f"max_block_size must be a power of two from {lo} to {hi}, not "
+                             f"{mb}")
         if not isinstance(self.float_path, bool):
             raise TypeError(f"float_path must be a bool, not {self.float_path!r}")
-        check_int("m_tile", self.m_tile, 1, 16)
+        check_int("m_tile", self.m_tile, M_TILES.start, M_TILES.stop - 1)
         mk = check_int("max_k", self.max_k, mb, 1 << 16)
         if mk & (mk - 1):
             raise ValueError(f"max_k must be a power of two from max_block_size ({mb}) to "

@@ -81,6 +81,8 @@ from .validate import as_array, check_int, check_power_of_two, check_shape
 
 __all__ = [
     "dequantize_nbits",
+    "error_bound",
+    "max_relative_error",
     "NBitsWeights",
     "matmul_nbits",
     "pack_nbits",
@@ -581,6 +583,34 @@ def dequantize_nbits(B, scales, zero_points=None, g_idx=None, *, K, N, bits, blo
     else:
         z = 1 << (op.bits - 1)
     return (q.astype(np.int32) - z).astype(np.float32) * s
+
+
+#: Added to :func:`error_bound` so that it divides where A or W is all zero.
+BOUND_FLOOR = 1e-30
+
+
+def error_bound(A, B, scales, zero_points=None, g_idx=None, *, K, N, bits, block_size):
+    """``sum_k |a[m, k] * w[k, n]|`` per output element, in float64, plus BOUND_FLOOR.
+
+    The scale of MatMulNBits's rounding error: however the products are ordered and
+    rounded, a float32 sum of them is off by at most a small multiple of float32's epsilon
+    times this (the tests and ``qaccel sim`` accept 1e-6 of it).  ``w`` is the dequantised
+    weight (:func:`dequantize_nbits`); the arguments are :func:`matmul_nbits`'s (no bias).
+    Shape ``(..., N)`` as Y.
+    """
+    a = as_array("A", A)
+    W = dequantize_nbits(B, scales, zero_points, g_idx, K=K, N=N, bits=bits,
+                         block_size=block_size)
+    a64 = np.abs(a.reshape(-1, K).astype(np.float64))
+    bound = a64 @ np.abs(W.T.astype(np.float64)) + BOUND_FLOOR
+    return bound.reshape(*a.shape[:-1], N)
+
+
+def max_relative_error(y, ref, bound) -> float:
+    """``max |y - ref| / bound`` over all elements, in float64 (``bound`` from
+    :func:`error_bound`); a NaN in ``y - ref`` makes it NaN."""
+    diff = np.abs(np.asarray(y).astype(np.float64) - np.asarray(ref).astype(np.float64))
+    return float(np.max(diff / bound))
 
 
 def quantize_weights_nbits(W, *, bits, block_size, symmetric):

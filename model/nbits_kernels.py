@@ -31,6 +31,7 @@ from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
+from .config import ZERO_POINTS
 from .quant_kernels import f16_bits_to_f32, f32_to_f16_bits, item_done, next_item
 
 _U = np.uintp
@@ -40,7 +41,8 @@ _FLT_MAX = _F32(np.finfo(np.float32).max)
 _Q_CHUNK = 256  # rows per exact float32 integer partial sum: 256*127*255 < 2**24
 _GATHER_WORDS = 32  # words of B read per column at a time (64 bytes)
 
-ZP_DEFAULT, ZP_PACKED, ZP_FLOAT = 0, 1, 2
+#: Zero-point modes of the kernels: the codes of :data:`.config.ZERO_POINTS`, in its order.
+ZP_DEFAULT, ZP_PACKED, ZP_FLOAT = (ZERO_POINTS.index(k) for k in ("none", "packed", "float"))
 
 
 # --------------------------------------------------------------------------- bit streams

@@ -57,22 +57,15 @@ import ml_dtypes
 import numpy as np
 
 from . import quant_kernels as qk
+from .config import DQ_OUTPUTS, Q_INPUTS, Q_OUTPUTS, SCALES
 from .dtypes import E8M0, QTYPES, QType, dtype_name, float_dtype, qtype
 from .indexing import scale_layout
 from .validate import as_array, check_int
 
 __all__ = ["division_dtype", "dequantize_linear", "quantize_linear"]
 
-#: Output types of QuantizeLinear (opset 25).
-Q_OUTPUT_TYPES = tuple(name for name in QTYPES if name != "int32")
-#: Types of ``x`` of QuantizeLinear (opset 23 decouples ``x`` and ``y_scale``).
-Q_INPUT_TYPES = ("float32", "float16", "bfloat16", "int32")
-#: Types of ``y_scale`` of QuantizeLinear (opset 24 adds float8e8m0).
-Q_SCALE_TYPES = (*Q_INPUT_TYPES, "float8e8m0")
-#: Float formats of DequantizeLinear outputs.
-DQ_FLOAT_TYPES = ("float32", "float16", "bfloat16")
-#: Types of DequantizeLinear scales (opset 24 adds float8e8m0).
-DQ_SCALE_TYPES = (*DQ_FLOAT_TYPES, "float8e8m0")
+#: Types of DequantizeLinear scales (opset 24 adds float8e8m0): all but int32.
+DQ_SCALES = tuple(name for name in SCALES if name != "int32")
 
 _F16 = np.dtype(np.float16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -206,18 +199,18 @@ def quantize_linear(
     x = as_array("x", x)
     y_scale = as_array("y_scale", y_scale)
     zero_point = as_array("y_zero_point", y_zero_point, allow_none=True)
-    float_dtype(x.dtype, param="x", allowed=Q_INPUT_TYPES)
-    float_dtype(y_scale.dtype, param="y_scale", allowed=Q_SCALE_TYPES)
+    float_dtype(x.dtype, param="x", allowed=Q_INPUTS)
+    float_dtype(y_scale.dtype, param="y_scale", allowed=SCALES)
     check_int("axis", axis)
     block_size = check_int("block_size", block_size, lo=0)
     saturate = _check_saturate(saturate)
     if precision is not None:
         precision = float_dtype(precision, param="precision")
     out_q = None if output_dtype is None else qtype(
-        output_dtype, param="output_dtype", allowed=Q_OUTPUT_TYPES
+        output_dtype, param="output_dtype", allowed=Q_OUTPUTS
     )
     if zero_point is not None:
-        zp_q = qtype(zero_point.dtype, param="y_zero_point", allowed=Q_OUTPUT_TYPES)
+        zp_q = qtype(zero_point.dtype, param="y_zero_point", allowed=Q_OUTPUTS)
         if out_q is not None and out_q != zp_q:
             raise ValueError(
                 f"output_dtype {out_q.name} contradicts the zero point's type {zp_q.name}"
@@ -304,11 +297,11 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
     x_scale = as_array("x_scale", x_scale)
     zero_point = as_array("x_zero_point", x_zero_point, allow_none=True)
     x_q = qtype(x.dtype, param="x")
-    float_dtype(x_scale.dtype, param="x_scale", allowed=DQ_SCALE_TYPES)
+    float_dtype(x_scale.dtype, param="x_scale", allowed=DQ_SCALES)
     check_int("axis", axis)
     block_size = check_int("block_size", block_size, lo=0)
     if output_dtype is not None:
-        out_dtype = float_dtype(output_dtype, param="output_dtype", allowed=DQ_FLOAT_TYPES)
+        out_dtype = float_dtype(output_dtype, param="output_dtype", allowed=DQ_OUTPUTS)
     elif x_scale.dtype == E8M0:
         raise ValueError(
             "output_dtype is required with a float8e8m0 x_scale (float32, float16 or "

@@ -17,21 +17,16 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from qaccel.model.config import M_TILES, MAX_BLOCK_SIZES, SIMD
 from qaccel.model.validate import check_bool, check_int, check_int_choice
 from qaccel.rtl.block_fifo import BlockFifo
 from qaccel.rtl.ecp5 import registered_product
 from qaccel.rtl.pipeline import signed_width
 
-__all__ = ["BLOCK_FIFO_MAX_PE", "MAX_BLOCK", "PE", "ROWS", "SHIFT", "SIMD", "PackedMacArray"]
+__all__ = ["BLOCK_FIFO_MAX_PE", "PE", "SHIFT", "PackedMacArray"]
 
-#: K elements per step :class:`PackedMacArray` supports.
-SIMD = (1, 2, 4, 8, 16)
 #: Legal ``pe`` (output columns; even).
 PE = range(2, 129)
-#: Legal ``rows`` (largest row tile, accumulators per column).
-ROWS = range(1, 17)
-#: Legal ``max_block`` (powers of two).
-MAX_BLOCK = range(16, 1025)
 #: Bit position of the second nibble in a multiplier's packed operand ``n0 + n1 * 2 ** SHIFT``.
 SHIFT = 12
 #: Widest array whose output FIFO is in block RAM (above: LUT RAM).
@@ -145,7 +140,7 @@ class PackedMacArray(wiring.Component):
     pe : :class:`int`
         Output columns, even, 2 to 128.
     simd : :class:`int`
-        K elements per step, one of :data:`SIMD`.
+        K elements per step, one of :data:`qaccel.model.config.SIMD`.
     rows : :class:`int`
         Largest row tile (accumulators per column), 1 to 16.
     max_block : :class:`int`
@@ -185,11 +180,12 @@ class PackedMacArray(wiring.Component):
         if pe % 2:
             raise ValueError(f"pe must be even, not {pe}")
         self._simd = check_int_choice("simd", simd, SIMD)
-        self._rows = check_int("rows", rows, ROWS.start, ROWS.stop - 1)
-        self._max_block = check_int("max_block", max_block, MAX_BLOCK.start, MAX_BLOCK.stop - 1)
+        self._rows = check_int("rows", rows, M_TILES.start, M_TILES.stop - 1)
+        lo, hi = MAX_BLOCK_SIZES.start, MAX_BLOCK_SIZES.stop - 1
+        self._max_block = check_int("max_block", max_block, lo, hi)
         if max_block & (max_block - 1):
-            raise ValueError(f"max_block must be a power of two in [{MAX_BLOCK.start}, "
-                             f"{MAX_BLOCK.stop - 1}], not {max_block}")
+            raise ValueError(f"max_block must be a power of two in [{lo}, "
+                             f"{hi}], not {max_block}")
         slots = pe // 2 * simd
         self._dsp_pairs = slots if dsp_pairs is None else check_int("dsp_pairs", dsp_pairs,
                                                                     0, slots)

@@ -273,6 +273,29 @@ def test_dequantize_vs_naive():
         )
 
 
+def test_error_bound_and_relative_error():
+    """error_bound is sum_k |a w| per output (float64, floored), shaped as Y for any batch
+    rank; max_relative_error divides by it and keeps NaN."""
+    for bits, block_size, K, zp_kind, g_idx in CONFIGS:
+        ops = operands(bits, block_size, K, 7, zp_kind, g_idx=g_idx)
+        args = (ops["B"], ops["scales"], ops["zero_points"], ops["g_idx"])
+        kw = dict(K=K, N=7, bits=bits, block_size=block_size)
+        A = np.random.default_rng(K).standard_normal((2, 3, K)).astype(np.float32)
+        A[0, 0] = 0.0  # a zero row: the floor keeps the bound positive
+        W = naive.dequantize(*args, K, 7, bits, block_size).astype(np.float64)
+        want = np.abs(A.astype(np.float64)) @ np.abs(W.T)
+        bound = nbits.error_bound(A, *args, **kw)
+        assert bound.shape == (2, 3, 7) and bound.dtype == np.float64
+        np.testing.assert_allclose(bound, want + nbits.BOUND_FLOOR, rtol=1e-12)
+        y = nbits.matmul_nbits(A, *args, **kw)
+        assert nbits.max_relative_error(y, y, bound) == 0.0
+        off = y.astype(np.float64).copy()
+        off[1, 2, 3] += 1e-3 * bound[1, 2, 3]
+        assert nbits.max_relative_error(off, y, bound) == pytest.approx(1e-3)
+        off[0, 1, 0] = np.nan
+        assert np.isnan(nbits.max_relative_error(off, y, bound))
+
+
 def test_empty_batch():
     ops = operands(4, 16, 32, 5, "none")
     y = nbits.matmul_nbits(np.zeros((0, 32), np.float32), **ops, K=32, N=5, bits=4, block_size=16)

@@ -34,6 +34,7 @@ import qaccel.backend.golden as golden_backend
 import qaccel.backend.rtl as rtl_backend
 from qaccel import onnx_models
 from qaccel.engine import RTL
+from qaccel.model.nbits import error_bound, max_relative_error
 from qaccel.model.perf import nbits_v2_call
 from qaccel.sim.runner import missing_simulator
 from tests.model.quant_helpers import assert_bitexact
@@ -94,13 +95,7 @@ def _nbits_call(node: onnx.NodeProto, inits: dict) -> dict:
 
 def _bound(A: np.ndarray, call: dict) -> np.ndarray:
     """sum_k |a_k w_k| per output element (w: the dequantised weight, K x N)."""
-    W = qaccel.matmul_nbits(np.eye(call["K"], dtype=np.float32),
-                            **{**call, "bias": None, "accuracy_level": 0})
-    return np.abs(A).astype(np.float64) @ np.abs(W).astype(np.float64) + 1e-30
-
-
-def _ratio(got, want, bound) -> float:
-    return float(np.max(np.abs(got.astype(np.float64) - want) / bound))
+    return error_bound(A, **{k: v for k, v in call.items() if k not in ("bias", "accuracy_level")})
 
 
 def _seen_activations(h: np.ndarray, accuracy_level: int) -> np.ndarray:
@@ -203,8 +198,8 @@ def test_quantised_mlp_on_the_engine(float_model, accuracy_level, bits, symmetri
         bound = _bound(A, c)
         ort_node = onnx_models.ort_session(onnx_models.matmul_nbits_model(A, **c), threads=1).run(
             None, {"A": A})[0]
-        e_ort, e_gold = _ratio(y, ort_node, bound), _ratio(y, qaccel.matmul_nbits(A, **c),
-                                                          bound)
+        e_ort = max_relative_error(y, ort_node, bound)
+        e_gold = max_relative_error(y, qaccel.matmul_nbits(A, **c), bound)
         print(f"    {n.name} (same input): max |y - ref| / sum|a*w| vs ORT {e_ort:.2e}, "
               f"vs golden {e_gold:.2e} (tolerance {TOL:g})")
         assert e_ort <= TOL and e_gold <= TOL
@@ -212,10 +207,10 @@ def test_quantised_mlp_on_the_engine(float_model, accuracy_level, bits, symmetri
     # the whole model against ORT and the golden backend
     c1, c2 = calls
     for ref_name, ref in (("ORT", ort), ("golden", gold)):
-        e_h0 = _ratio(ours["h0"], ref["h0"], _bound(x, c1))
+        e_h0 = max_relative_error(ours["h0"], ref["h0"], _bound(x, c1))
         tol = _final_tolerance(ours["h"], ref["h"], ours["y"], ref["y"], c2)
         e_y = float(np.max(np.abs(ours["y"].astype(np.float64) - ref["y"]) / tol))
-        plain = _ratio(ours["y0"], ref["y0"], _bound(ours["h"], c2))
+        plain = max_relative_error(ours["y0"], ref["y0"], _bound(ours["h"], c2))
         h_same = np.array_equal(ours["h"].view(np.uint32), ref["h"].view(np.uint32))
         print(f"    model vs {ref_name}: fc1 output {e_h0:.2e} of sum|a*w|; h bit-equal "
               f"{h_same}; fc2 output {plain:.2e} of sum|a*w|; final y at "

@@ -16,7 +16,7 @@ import pytest
 import qaccel
 from qaccel import cli, onnx_models
 from qaccel.engine import RTL, RTLMismatchError
-from qaccel.model.nbits import dequantize_nbits
+from qaccel.model.nbits import error_bound
 from qaccel.model.nbits_hw import matmul_nbits_v2
 from qaccel.model.perf import nbits_v2_call
 from qaccel.nbits_sim import nbits_example
@@ -44,11 +44,7 @@ def _call(*, K, N, M, bits, block_size, zero_points="packed", bias=True, seed=0,
 
 def _bound(call: dict) -> np.ndarray:
     """sum_k |a_k w_k| per output element (w the dequantised weight)."""
-    W = dequantize_nbits(call["B"], call["scales"], call["zero_points"], K=call["K"],
-                         N=call["N"], bits=call["bits"], block_size=call["block_size"])
-    A = call["A"].astype(np.float64).reshape(-1, call["K"])
-    return (np.abs(A) @ np.abs(W.T).astype(np.float64)).reshape(
-        *call["A"].shape[:-1], call["N"]) + 1e-30
+    return error_bound(**{k: v for k, v in call.items() if k != "bias"})
 
 
 #: bits, block_size, K, N, M, zero points, bias, A's type: 2/4/8 bits, M 1..7 (one, several
