@@ -21,7 +21,8 @@ import dataclasses
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ __all__ = [
     "SIMD",
     "ZERO_POINTS",
     "AccelConfig",
+    "ElementwiseConfig",
+    "MatMulNBitsConfig",
     "int8_path",
 ]
 
@@ -92,14 +95,25 @@ def _types(name: str, value, allowed: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(t for t in allowed if t in value)
 
 
+def _part_fields(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _part_dict(part) -> dict[str, Any]:
+    """A part's fields, JSON-compatible (tuples become lists)."""
+    return {name: (list(v) if isinstance(v := getattr(part, name), tuple) else v)
+            for name in _part_fields(type(part))}
+
+
 @dataclass(frozen=True)
-class AccelConfig:
-    """The structural parameters of one accelerator instance.
+class ElementwiseConfig:
+    """The QuantizeLinear, DequantizeLinear and DirectML units (:mod:`qaccel.rtl.quantize`,
+    :mod:`qaccel.rtl.dequantize`): what their builds carry.
 
     Attributes
     ----------
     lanes : int
-        Elements per stream beat of the Quantize and Dequantize units: 1, 2, 4 or 8.
+        Elements per stream beat: 1, 2, 4 or 8.
     q_inputs : tuple of str
         QuantizeLinear ``x`` types the Quantize unit carries (subset of :data:`Q_INPUTS`).
     scales : tuple of str
@@ -122,7 +136,8 @@ class AccelConfig:
     size_width : int
         Bits of one dimension's size in the index generator (4..32).
     count_width : int
-        Bits of a job's element count (8..40).
+        Bits of a job's element count (8..40).  (The MatMulNBits engine's counters are its
+        own: :class:`MatMulNBitsConfig`.)
     divider_bits_per_stage : int
         Quotient bits per pipeline stage of the radix-2 array divider: 1, 2 or 4 (latency
         against logic depth).
@@ -138,52 +153,8 @@ class AccelConfig:
         With ``reciprocal_units``: MULT18X18D per lane's divider at most (the smaller product
         tiles move into LUTs), so that many lanes fit a part's DSP blocks; None: as the
         products need (4 for float32 scales).
-    pe : int
-        MatMulNBits engine: output columns computed in parallel (1..128; the engine takes an
-        even number).
-    simd : int
-        MatMulNBits engine: K elements per cycle per column, one of :data:`SIMD`; a run-time
-        block_size must be at least ``simd``.
-    weight_bus_width : int
-        The weight bus of the v1 MatMulNBits engine (removed, docs/matmul_nbits_engine.md);
-        unused, kept so that configuration files keep their format. Still validated: a power
-        of two, ``8 * pe`` to 2048 and at most ``256 * pe``.
-    nbits : tuple of int
-        MatMulNBits weight widths carried (subset of :data:`NBITS`).
-    partial_sums : int
-        The partial sums per float32 accumulator of the v1 MatMulNBits engine (removed,
-        docs/matmul_nbits_engine.md); unused, kept so that configuration files keep their
-        format (1..16).
-    max_block_size : int
-        MatMulNBits engine: the largest run-time block_size (a power of two, 16 to 1024);
-        it sizes the activation buffer and the integer block sums.
-    float_path : bool
-        MatMulNBits engine: carry the float path (accuracy levels 0..3, float zero points,
-        g_idx: block floating point, four int8 digit rows per row of A;
-        docs/matmul_nbits_v2.md, section 2) beside the int8 path (accuracy level 4 with
-        integer or no zero points). Without it the engine is smaller and takes int8-path
-        jobs only; :class:`qaccel.RTL` refuses float-path calls on it.
-    m_tile : int
-        MatMulNBits engine v2 (docs/matmul_nbits_v2.md): rows of A that share each weight
-        fetch (1..16); the on-chip activation buffer holds this many rows.
-    max_k : int
-        MatMulNBits engine v2: the longest row (K) the activation buffer holds, a power of
-        two from ``max_block_size`` to 65536.
-    dsp_pairs : int or None
-        MatMulNBits engine v2: how many of the ``pe * simd / 2`` two-MAC multiplier slots are
-        built for DSP blocks (MULT18X18D); the rest are LUT shift-and-add multipliers.
-        None: all of them. A budget: a value of at least ``pe * simd / 2`` also means all of
-        them and is stored as None (so ``AccelConfig(pe=4, simd=2)`` takes the default 12
-        and equals ``AccelConfig(pe=4, simd=2, dsp_pairs=None)``).
-    clusters : int
-        MatMulNBits engine v2: column slices (1..16), each ``pe / clusters`` columns with
-        ``scale_lanes / clusters`` float lanes, its own copy of the activations and its own
-        weight feed, hand-off and read-out, so each places as a compact block on a large
-        part (docs/matmul_nbits_v2.md). The same streams and cycles as one slice; ``pe`` and
-        ``scale_lanes`` must be multiples of it.
 
-    The MatMulNBits defaults are the ``ecp5-25k`` v2 engine (``pe`` 32, ``simd`` 1,
-    ``m_tile`` 4, ``max_k`` 4096, ``dsp_pairs`` 12, no float path).
+    The defaults: one lane, every format the golden model supports.
     """
 
     lanes: int = 1
@@ -200,18 +171,6 @@ class AccelConfig:
     divider_bits_per_stage: int = 1
     reciprocal_units: int = 0
     divider_dsps: int | None = None
-    pe: int = 32
-    simd: int = 1
-    weight_bus_width: int = 256
-    nbits: tuple[int, ...] = NBITS
-    partial_sums: int = 8
-    max_block_size: int = 256
-    float_path: bool = False
-    m_tile: int = 4
-    max_k: int = 4096
-    dsp_pairs: int | None = 12
-    clusters: int = 1
-    _slug: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if isinstance(self.lanes, bool) or self.lanes not in LANES:
@@ -240,15 +199,83 @@ class AccelConfig:
         check_int("reciprocal_units", self.reciprocal_units, 0, 8)
         if self.divider_dsps is not None:
             check_int("divider_dsps", self.divider_dsps, 0, 64)
+        for x in self.q_inputs:
+            for s in self.scales:
+                need = self.division_type(x, s)
+                if need not in self.precisions:
+                    raise ValueError(
+                        f"precisions must include {need} for q_inputs {x} with scales {s}; "
+                        f"got {self.precisions}")
+
+    @staticmethod
+    def division_type(x: str, scale: str) -> str:
+        """Return the type ``x / scale`` is computed in without a ``precision`` attribute."""
+        if "int32" in (x, scale):
+            return "float64"
+        return x if x == scale else "float32"
+
+
+@dataclass(frozen=True)
+class MatMulNBitsConfig:
+    """The MatMulNBits engine (v2, :mod:`qaccel.rtl.matmul_nbits_v2`, docs/matmul_nbits_v2.md).
+
+    Attributes
+    ----------
+    pe : int
+        Output columns computed in parallel (1..128; the engine takes an even number).
+    simd : int
+        K elements per cycle per column, one of :data:`SIMD`; a run-time block_size must be
+        at least ``simd``.
+    nbits : tuple of int
+        Weight widths carried (subset of :data:`NBITS`).
+    max_block_size : int
+        The largest run-time block_size (a power of two, 16 to 1024); it sizes the
+        activation buffer and the integer block sums.
+    float_path : bool
+        Carry the float path (accuracy levels 0..3, float zero points, g_idx: block floating
+        point, four int8 digit rows per row of A; docs/matmul_nbits_v2.md, section 2) beside
+        the int8 path (accuracy level 4 with integer or no zero points). Without it the
+        engine is smaller and takes int8-path jobs only; :class:`qaccel.RTL` refuses
+        float-path calls on it.
+    m_tile : int
+        Rows of A that share each weight fetch (1..16); the on-chip activation buffer holds
+        this many rows.
+    max_k : int
+        The longest row (K) the activation buffer holds, a power of two from
+        ``max_block_size`` to 65536.
+    dsp_pairs : int or None
+        How many of the ``pe * simd / 2`` two-MAC multiplier slots are built for DSP blocks
+        (MULT18X18D); the rest are LUT shift-and-add multipliers. None: all of them. A
+        budget: a value of at least ``pe * simd / 2`` also means all of them and is stored as
+        None (so ``AccelConfig(pe=4, simd=2)`` takes the default 12 and equals
+        ``AccelConfig(pe=4, simd=2, dsp_pairs=None)``).
+    clusters : int
+        Column slices (1..16), each ``pe / clusters`` columns with ``scale_lanes / clusters``
+        float lanes, its own copy of the activations and its own weight feed, hand-off and
+        read-out, so each places as a compact block on a large part. The same streams and
+        cycles as one slice; ``pe`` and ``scale_lanes`` must be multiples of it.
+
+    The engine's job registers ``k``, ``m`` and ``groups`` are 22 bits wide
+    (:data:`qaccel.rtl.nbits_cluster.COUNT_WIDTH`), whatever the elementwise units'
+    ``count_width``.  The defaults are the ``ecp5-25k`` engine (``pe`` 32, ``simd`` 1,
+    ``m_tile`` 4, ``max_k`` 4096, ``dsp_pairs`` 12, no float path).
+    """
+
+    pe: int = 32
+    simd: int = 1
+    nbits: tuple[int, ...] = NBITS
+    max_block_size: int = 256
+    float_path: bool = False
+    m_tile: int = 4
+    max_k: int = 4096
+    dsp_pairs: int | None = 12
+    clusters: int = 1
+
+    def __post_init__(self):
+        set_ = object.__setattr__
         check_int("pe", self.pe, 1, 128)
         if isinstance(self.simd, bool) or self.simd not in SIMD:
             raise ValueError(f"simd must be one of {SIMD}, not {self.simd!r}")
-        bus = check_int("weight_bus_width", self.weight_bus_width, 8 * self.pe, 2048)
-        if bus & (bus - 1):
-            raise ValueError(f"weight_bus_width must be a power of two, not {bus}")
-        if bus > 256 * self.pe:
-            raise ValueError(f"weight_bus_width must be at most 256 bits per column (pe "
-                             f"{self.pe}: {256 * self.pe}), not {bus}")
         if isinstance(self.nbits, (str, int)) or not isinstance(self.nbits, (tuple, list)):
             raise TypeError(f"nbits must be a tuple of bit widths, not {self.nbits!r}")
         if not self.nbits or any(isinstance(b, bool) or b not in NBITS for b in self.nbits) \
@@ -256,7 +283,6 @@ class AccelConfig:
             raise ValueError(f"nbits must hold distinct widths from {NBITS}, not "
                              f"{tuple(self.nbits)!r}")
         set_(self, "nbits", tuple(sorted(self.nbits)))
-        check_int("partial_sums", self.partial_sums, 1, 16)
         lo, hi = MAX_BLOCK_SIZES.start, MAX_BLOCK_SIZES.stop - 1
         mb = check_int("max_block_size", self.max_block_size, lo, hi)
         if mb & (mb - 1) or mb < self.simd:
@@ -276,36 +302,103 @@ class AccelConfig:
         if self.pe % n or self.scale_lanes % n:
             raise ValueError(f"clusters must divide pe ({self.pe}) and the float lanes "
                              f"({self.scale_lanes}), not {n}")
-        for x in self.q_inputs:
-            for s in self.scales:
-                need = self.division_type(x, s)
-                if need not in self.precisions:
-                    raise ValueError(
-                        f"precisions must include {need} for q_inputs {x} with scales {s}; "
-                        f"got {self.precisions}")
-        text = json.dumps(self.to_dict(), sort_keys=True)
-        set_(self, "_slug", hashlib.sha256(text.encode()).hexdigest()[:12])
-
-    @staticmethod
-    def division_type(x: str, scale: str) -> str:
-        """Return the type ``x / scale`` is computed in without a ``precision`` attribute."""
-        if "int32" in (x, scale):
-            return "float64"
-        return x if x == scale else "float32"
 
     @property
     def scale_lanes(self) -> int:
-        """MatMulNBits engine v2: float lanes, the smallest divisor of ``pe`` that is at least
-        ``pe * simd / 16`` (blocks of 16 give that many block terms per cycle)."""
+        """Float lanes, the smallest divisor of ``pe`` that is at least ``pe * simd / 16``
+        (blocks of 16 give that many block terms per cycle)."""
         need = -(-self.pe * self.simd // 16)
         return next(f for f in range(need, self.pe + 1) if self.pe % f == 0)
 
+
+#: The parts of :class:`AccelConfig`: attribute name and class.
+PARTS = {"elementwise": ElementwiseConfig, "matmul_nbits": MatMulNBitsConfig}
+_OWNER = {name: part for part, cls in PARTS.items() for name in _part_fields(cls)}
+#: Fields of earlier versions, gone with the v1 MatMulNBits engine
+#: (docs/matmul_nbits_engine.md): configuration files that hold them still load.
+REMOVED_FIELDS = ("weight_bus_width", "partial_sums")
+
+
+class AccelConfig:
+    """The structural parameters of one accelerator instance: an :class:`ElementwiseConfig`
+    (``elementwise``) and a :class:`MatMulNBitsConfig` (``matmul_nbits``), each validating its
+    own fields.
+
+    ``AccelConfig(lanes=2, pe=16)`` takes any field of either part by name (the others keep
+    their defaults), or whole parts: ``AccelConfig(elementwise=..., matmul_nbits=...)``.
+    Every field reads as an attribute of the configuration too (``config.lanes``,
+    ``config.pe``).  Immutable, hashable, equal when both parts are.
+    """
+
+    __slots__ = ("elementwise", "matmul_nbits", "_slug")
+
+    def __init__(self, elementwise: ElementwiseConfig | None = None,
+                 matmul_nbits: MatMulNBitsConfig | None = None, **fields: Any):
+        removed = sorted(set(fields) & set(REMOVED_FIELDS))
+        if removed:
+            raise TypeError(f"AccelConfig has no field {', '.join(removed)} any more (the v1 "
+                            f"MatMulNBits engine's; docs/matmul_nbits_engine.md): leave it out")
+        unknown = sorted(set(fields) - set(_OWNER))
+        if unknown:
+            raise TypeError(f"AccelConfig got unknown field(s) {', '.join(unknown)}")
+        given = {"elementwise": elementwise, "matmul_nbits": matmul_nbits}
+        set_ = object.__setattr__
+        for part, cls in PARTS.items():
+            value = given[part]
+            mine = {k: v for k, v in fields.items() if _OWNER[k] == part}
+            if value is None:
+                value = cls(**mine)
+            elif not isinstance(value, cls):
+                raise TypeError(f"{part} must be a {cls.__name__}, not {value!r}")
+            elif mine:
+                value = dataclasses.replace(value, **mine)
+            set_(self, part, value)
+        text = json.dumps(self.to_dict(), sort_keys=True)
+        set_(self, "_slug", hashlib.sha256(text.encode()).hexdigest()[:12])
+
+    def __getattr__(self, name: str):
+        part = _OWNER.get(name)
+        if part is None:
+            if name in ("scale_lanes", "division_type"):
+                owner = self.matmul_nbits if name == "scale_lanes" else self.elementwise
+                return getattr(owner, name)
+            raise AttributeError(f"'AccelConfig' object has no attribute {name!r}")
+        return getattr(getattr(self, part), name)
+
+    def __setattr__(self, name: str, value) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, AccelConfig):
+            return NotImplemented
+        return (self.elementwise, self.matmul_nbits) == (other.elementwise, other.matmul_nbits)
+
+    def __hash__(self) -> int:
+        return hash((self.elementwise, self.matmul_nbits))
+
+    def __reduce__(self):
+        return (AccelConfig, (self.elementwise, self.matmul_nbits))
+
+    def __repr__(self) -> str:
+        changed = [f"{name}={getattr(self, name)!r}" for name, owner in _OWNER.items()
+                   if getattr(self, name) != getattr(PARTS[owner](), name)]
+        return f"AccelConfig({', '.join(changed)})"
+
+    @staticmethod
+    def division_type(x: str, scale: str) -> str:
+        """:meth:`ElementwiseConfig.division_type`."""
+        return ElementwiseConfig.division_type(x, scale)
+
     # -- serialisation ------------------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
-        """Return the fields as a JSON-compatible dict (tuples become lists)."""
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
-                for f in dataclasses.fields(self) if f.init}
+    def to_dict(self, *parts: str) -> dict[str, Any]:
+        """Return the parts (``parts``, default both: ``"elementwise"``, ``"matmul_nbits"``)
+        as a JSON-compatible dict of dicts (tuples become lists); :meth:`from_dict` reads it,
+        the missing part taking its defaults."""
+        for part in parts:
+            if part not in PARTS:
+                raise ValueError(f"parts must be among {', '.join(PARTS)}, not {part!r}")
+        return {part: _part_dict(getattr(self, part)) for part in parts or PARTS}
 
     def to_json(self) -> str:
         """Return the configuration as JSON text (keys sorted)."""
@@ -313,15 +406,31 @@ class AccelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AccelConfig:
-        """Build a configuration from :meth:`to_dict`'s output (missing keys take defaults)."""
+        """Build a configuration from :meth:`to_dict`'s output, or from the flat dict of
+        fields that files of earlier versions hold (missing keys take defaults; the
+        :data:`REMOVED_FIELDS` are ignored, with a DeprecationWarning)."""
         if not isinstance(data, dict):
             raise TypeError(f"config must be a JSON object, not {type(data).__name__}")
-        names = {f.name for f in dataclasses.fields(cls) if f.init}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"unknown config field(s) {', '.join(unknown)}; "
-                             f"known: {', '.join(sorted(names))}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        flat = {}
+        for key, value in data.items():
+            if key in PARTS:
+                if not isinstance(value, dict):
+                    raise TypeError(f"config field {key} must be a JSON object, not "
+                                    f"{type(value).__name__}")
+                unknown = sorted(set(value) - set(_part_fields(PARTS[key])))
+                if unknown:
+                    raise ValueError(f"unknown {key} field(s) {', '.join(unknown)}; known: "
+                                     f"{', '.join(sorted(_part_fields(PARTS[key])))}")
+                flat.update(value)
+            elif key in REMOVED_FIELDS:
+                warnings.warn(f"config field {key} is ignored: the v1 MatMulNBits engine that "
+                              "used it was removed", DeprecationWarning, stacklevel=2)
+            elif key in _OWNER:
+                flat[key] = value
+            else:
+                raise ValueError(f"unknown config field(s) {key}; known: "
+                                 f"{', '.join(sorted([*PARTS, *_OWNER]))}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in flat.items()})
 
     @classmethod
     def from_json(cls, text: str) -> AccelConfig:
@@ -334,8 +443,10 @@ class AccelConfig:
         return cls.from_json(Path(path).read_text())
 
     def replace(self, **changes: Any) -> AccelConfig:
-        """Return a copy with ``changes`` applied (validated again)."""
-        return dataclasses.replace(self, **changes)
+        """Return a copy with ``changes`` (fields of either part, or whole parts) applied,
+        validated again."""
+        parts = {part: changes.pop(part, getattr(self, part)) for part in PARTS}
+        return AccelConfig(**parts, **changes)
 
     @property
     def slug(self) -> str:

@@ -32,8 +32,7 @@ __all__ = ["PRESETS", "TARGET_PRESETS", "UNIT_PRESETS", "preset", "target_preset
 #: configuration, ``AccelConfig()``.
 PRESETS: dict[str, AccelConfig] = {
     "ecp5-25k": AccelConfig(),
-    "ecp5-85k": AccelConfig(pe=128, weight_bus_width=1024, dsp_pairs=48, float_path=True,
-                            clusters=4),
+    "ecp5-85k": AccelConfig(pe=128, dsp_pairs=48, float_path=True, clusters=4),
     "ecp5-85k-float": AccelConfig(float_path=True, dsp_pairs=None),
 }
 

@@ -6,8 +6,7 @@ v2 engine (:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2` with ECP5 primitiv
 cycle, ``dsp_pairs`` how many two-MAC multiplier slots sit on MULT18X18D (a budget: None or
 at least ``pe * simd / 2`` means all of them), ``m_tile`` rows of A sharing each weight
 fetch (it matters for calls of ``M > 1`` rows). The engine of a point is the base
-configuration with those four fields (and a ``weight_bus_width`` valid for its ``pe``, a
-field of the removed v1 engine that is unused but still validated); ``bits`` and
+configuration with those four fields; ``bits`` and
 ``block_size`` are run-time registers, so one engine serves them all, and a setting the
 engine does not carry (``nbits``, ``max_block_size``) fails its point. A point of
 ``quantize`` / ``dequantize`` is (target, lanes). Fields that do not apply to a unit are
@@ -126,19 +125,10 @@ def _model_digest() -> str:
     return digest(sources)[:16]
 
 
-def _bus_width(width: int, pe) -> int:
-    """``weight_bus_width`` for ``pe`` columns: ``width`` when valid (``8 * pe`` to
-    ``256 * pe`` and 2048), else ``8 * pe`` rounded up to a power of two (the presets')."""
-    if isinstance(pe, int) and pe >= 1 and not 8 * pe <= width <= min(2048, 256 * pe):
-        width = 1 << (8 * pe - 1).bit_length()
-    return width
-
-
-def _changes(point: dict[str, Any], base: AccelConfig) -> dict[str, Any]:
+def _changes(point: dict[str, Any]) -> dict[str, Any]:
     """The configuration fields a point sets on its base configuration."""
     if point["unit"] == "matmul_nbits":
-        return {**{f: point[f] for f in _ENGINE_AXES},
-                "weight_bus_width": _bus_width(base.weight_bus_width, point["pe"])}
+        return {f: point[f] for f in _ENGINE_AXES}
     return {"lanes": point["lanes"]}
 
 
@@ -348,7 +338,7 @@ def run_sweep(output: str | os.PathLike, *, unit: str = "matmul_nbits",
     tasks: dict[tuple, dict[str, Any]] = {}
     for key, point in todo:
         target = point["target"]
-        changes = _changes(point, bases[target])
+        changes = _changes(point)
         task = tasks.setdefault(
             (target, json.dumps(changes, sort_keys=True)),
             {"unit": unit, "target": target, "base": bases[target].to_dict(),

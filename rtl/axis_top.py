@@ -111,7 +111,7 @@ class AxisTop(wiring.Component):
         return {
             "module": f"qaccel_{self._op}",
             "operator": self._op,
-            "config": c.to_dict(),
+            "config": c.to_dict("elementwise"),
             "latency": self.latency,
             "lanes": c.lanes,
             "ports": [{"name": name, "direction": "in" if m.flow == wiring.In else "out",

@@ -59,7 +59,7 @@ class NBitsAxisTop(wiring.Component):
             "module": "qaccel_matmul_nbits",
             "operator": "matmul_nbits",
             "engine": "v2",
-            "config": self._engine.config.to_dict(),
+            "config": self._engine.config.to_dict("matmul_nbits"),
             "ports": [{"name": name, "direction": "in" if m.flow == wiring.In else "out",
                        "width": Shape.cast(m.shape).width}
                       for name, m in self.signature.members.items()] + [

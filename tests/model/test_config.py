@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import pickle
 
 import pytest
 
-from qaccel.model.config import DQ_INPUTS, Q_INPUTS, Q_OUTPUTS, AccelConfig
+from qaccel.model.config import (
+    DQ_INPUTS,
+    Q_INPUTS,
+    Q_OUTPUTS,
+    AccelConfig,
+    ElementwiseConfig,
+    MatMulNBitsConfig,
+)
 
 
 def test_defaults_carry_every_type():
@@ -18,8 +28,8 @@ def test_defaults_carry_every_type():
 
 def test_default_engine_is_the_ecp5_25k_v2_engine():
     c = AccelConfig()
-    assert (c.pe, c.simd, c.m_tile, c.max_k, c.max_block_size, c.weight_bus_width,
-            c.dsp_pairs, c.float_path) == (32, 1, 4, 4096, 256, 256, 12, False)
+    assert (c.pe, c.simd, c.m_tile, c.max_k, c.max_block_size, c.dsp_pairs,
+            c.float_path) == (32, 1, 4, 4096, 256, 12, False)
     assert c.scale_lanes == 2 and c.nbits == tuple(range(2, 9))
 
 
@@ -40,12 +50,12 @@ def test_default_json_round_trip(tmp_path):
     path = tmp_path / "default.json"
     path.write_text(c.to_json())
     assert AccelConfig.load(path) == c and AccelConfig.load(path).dsp_pairs == 12
-    v1 = AccelConfig(pe=4, simd=8, weight_bus_width=128, float_path=True, m_tile=1,
-                     dsp_pairs=None)
+    v1 = AccelConfig(pe=4, simd=8, float_path=True, m_tile=1, dsp_pairs=None)
     path.write_text(v1.to_json())
     assert AccelConfig.load(path) == v1
     path.write_text(json.dumps({"pe": 4, "simd": 8, "weight_bus_width": 128}))
-    loaded = AccelConfig.load(path)
+    with pytest.warns(DeprecationWarning, match="weight_bus_width is ignored"):
+        loaded = AccelConfig.load(path)
     assert (loaded.pe, loaded.float_path, loaded.m_tile, loaded.dsp_pairs) == (4, False, 4, 12)
 
 
@@ -67,7 +77,7 @@ def test_json_round_trip(tmp_path):
     path = tmp_path / "cfg.json"
     path.write_text(c.to_json())
     assert AccelConfig.load(path) == c
-    assert json.loads(c.to_json())["lanes"] == 4
+    assert json.loads(c.to_json())["elementwise"]["lanes"] == 4
 
 
 def test_slug_is_stable_and_distinguishes():
@@ -101,17 +111,14 @@ def test_slug_is_stable_and_distinguishes():
     ({"dsp_pairs": -1}, ValueError, r"dsp_pairs must be in \[0, inf\], not -1"),
     ({"dsp_pairs": "all"}, TypeError, "dsp_pairs must be an integer"),
     ({"simd": 32}, ValueError, r"simd must be one of \(1, 2, 4, 8, 16\), not 32"),
-    ({"pe": 4, "weight_bus_width": 96}, ValueError,
-     "weight_bus_width must be a power of two, not 96"),
-    ({"weight_bus_width": 16}, ValueError, r"weight_bus_width must be in \[256, 2048\]"),
-    ({"pe": 64}, ValueError, r"weight_bus_width must be in \[512, 2048\], not 256"),
+    ({"weight_bus_width": 256}, TypeError, "no field weight_bus_width any more"),
+    ({"partial_sums": 8}, TypeError, "no field partial_sums any more"),
+    ({"lane": 2}, TypeError, r"unknown field\(s\) lane"),
     ({"nbits": 4}, TypeError, "nbits must be a tuple of bit widths, not 4"),
     ({"nbits": (4, 4)}, ValueError, "nbits must hold distinct widths"),
     ({"nbits": (1, 4)}, ValueError, r"nbits must hold distinct widths .*, not \(1, 4\)"),
-    ({"partial_sums": 17}, ValueError, r"partial_sums must be in \[1, 16\], not 17"),
     ({"max_block_size": 48}, ValueError, r"max_block_size must be a power of two .*, not 48"),
     ({"max_block_size": 2048}, ValueError, r"max_block_size must be in \[16, 1024\]"),
-    ({"pe": 1, "weight_bus_width": 512}, ValueError, r"at most 256 bits per column"),
     ({"float_path": 1}, TypeError, "float_path must be a bool, not 1"),
     ({"clusters": 0}, ValueError, r"clusters must be in \[1, 16\], not 0"),
     ({"clusters": 2.0}, TypeError, "clusters must be an integer"),
@@ -125,7 +132,7 @@ def test_errors_name_field_and_value(changes, error, match):
 
 
 def test_mac_engine_fields_round_trip():
-    c = AccelConfig(pe=8, simd=16, weight_bus_width=512, nbits=[8, 4], partial_sums=2)
+    c = AccelConfig(pe=8, simd=16, nbits=[8, 4])
     assert c.nbits == (4, 8)                                   # sorted tuple
     assert AccelConfig.from_json(c.to_json()) == c
     assert c.slug != AccelConfig().slug
@@ -136,3 +143,45 @@ def test_from_dict_errors():
         AccelConfig.from_dict({"lane": 2})
     with pytest.raises(TypeError, match="config must be a JSON object"):
         AccelConfig.from_dict([1])
+
+
+def test_parts_own_their_fields():
+    """An AccelConfig is an ElementwiseConfig and a MatMulNBitsConfig; flat fields reach
+    their part, parts can be given whole, and every field reads on the whole."""
+    c = AccelConfig(lanes=2, table_depth=64, pe=16, m_tile=2)
+    assert c.elementwise == ElementwiseConfig(lanes=2, table_depth=64)
+    assert c.matmul_nbits == MatMulNBitsConfig(pe=16, m_tile=2)
+    assert (c.lanes, c.table_depth, c.pe, c.m_tile) == (2, 64, 16, 2)
+    assert c.scale_lanes == c.matmul_nbits.scale_lanes
+    assert AccelConfig(elementwise=c.elementwise, matmul_nbits=c.matmul_nbits) == c
+    assert AccelConfig(elementwise=c.elementwise, lanes=4).lanes == 4
+    assert c.replace(lanes=4, pe=8) == AccelConfig(lanes=4, table_depth=64, pe=8, m_tile=2)
+    assert c.replace(matmul_nbits=MatMulNBitsConfig()).matmul_nbits == MatMulNBitsConfig()
+    # each part validates its own fields, without the other part
+    with pytest.raises(ValueError, match="lanes must be one of"):
+        ElementwiseConfig(lanes=3)
+    with pytest.raises(ValueError, match="m_tile must be in"):
+        MatMulNBitsConfig(m_tile=0)
+    with pytest.raises(TypeError, match="elementwise must be a ElementwiseConfig"):
+        AccelConfig(elementwise=MatMulNBitsConfig())
+
+
+def test_immutable_hashable_picklable():
+    c = AccelConfig(lanes=4, pe=8)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.lanes = 2
+    assert hash(c) == hash(AccelConfig(lanes=4, pe=8)) and len({c, AccelConfig(lanes=4, pe=8)}) == 1
+    assert pickle.loads(pickle.dumps(c)) == c and copy.deepcopy(c) == c
+    assert repr(c) == "AccelConfig(lanes=4, pe=8, dsp_pairs=None)"
+
+
+def test_json_is_nested_by_part_and_reads_flat_files():
+    c = AccelConfig(lanes=4, pe=8)
+    data = json.loads(c.to_json())
+    assert set(data) == {"elementwise", "matmul_nbits"} and data["elementwise"]["lanes"] == 4
+    assert AccelConfig.from_dict(data) == c
+    assert AccelConfig.from_dict({"lanes": 4, "pe": 8}) == c               # earlier files
+    with pytest.raises(ValueError, match="unknown matmul_nbits field.*lanes"):
+        AccelConfig.from_dict({"matmul_nbits": {"lanes": 2}})
+    with pytest.raises(TypeError, match="config field elementwise must be a JSON object"):
+        AccelConfig.from_dict({"elementwise": [2]})

@@ -38,8 +38,8 @@ def test_gemv_4096_int4(capsys):
 def test_ecp5_25k_is_the_default_config():
     assert preset("ecp5-25k") == AccelConfig() and preset("ecp5-25k").dsp_pairs == 12
     c = preset("ecp5-85k")
-    assert (c.pe, c.simd, c.m_tile, c.weight_bus_width, c.dsp_pairs, c.float_path,
-            c.clusters) == (128, 1, 4, 1024, 48, True, 4)
+    assert (c.pe, c.simd, c.m_tile, c.dsp_pairs, c.float_path, c.clusters) == (
+        128, 1, 4, 48, True, 4)
 
 
 def test_unknown_preset():

@@ -79,13 +79,12 @@ def test_each_target_starts_from_its_preset(tmp_path):
 
 
 def test_engine_axes_change_the_base(tmp_path):
-    """pe, simd, dsp_pairs (None: all), m_tile go into the engine; the v1 weight_bus_width
-    is kept where it is valid for the pe and follows the presets' 8 * pe where not."""
+    """pe, simd, dsp_pairs (None: all), m_tile go into the engine."""
     result = sweep.run_sweep(tmp_path, pe=[4, 128], simd=[2], dsp_pairs=[None, 2],
                              m_tile=[2], bits=[4], block_sizes=[32], M=3, progress=False)
     base = preset("ecp5-25k")
-    want = [base.replace(pe=pe, simd=2, dsp_pairs=d, m_tile=2, weight_bus_width=w)
-            for pe, w in ((4, 256), (128, 1024)) for d in (None, 2)]
+    want = [base.replace(pe=pe, simd=2, dsp_pairs=d, m_tile=2)
+            for pe in (4, 128) for d in (None, 2)]
     assert [r["config"] for r in result.rows] == [c.slug for c in want]
     assert [(r["pe"], r["dsp_pairs"], r["M"], r["status"]) for r in result.rows] == [
         (4, None, 3, "ok"), (4, 2, 3, "ok"), (128, None, 3, "ok"), (128, 2, 3, "ok")]
@@ -199,7 +198,7 @@ def test_synth_runs_once_per_engine(tmp_path, monkeypatch):
     ({"router": "router3"}, ValueError, "router must be one of router1, router2, not "
                                         "'router3'"),
     ({"base": {"pe": 1}}, TypeError, "base must be an AccelConfig"),
-    ({"base": AccelConfig(pe=2, simd=4, weight_bus_width=32, float_path=True)}, ValueError,
+    ({"base": AccelConfig(pe=2, simd=4, float_path=True)}, ValueError,
      "base.float_path must be False: the sweep explores the v2 engine"),
     ({"scheduler": 8786}, TypeError, "scheduler must be an address"),
 ])

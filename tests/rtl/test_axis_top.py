@@ -43,7 +43,7 @@ def test_write_verilog_axis_names(tmp_path):
         assert AXIS <= ports, AXIS - ports
         desc = json.loads((tmp_path / f"qaccel_{op}.json").read_text())
         assert {p["name"] for p in desc["ports"]} == ports
-        assert desc["config"] == SMALL.to_dict()
+        assert desc["config"] == SMALL.to_dict("elementwise")
         assert desc["type_indices"]["out_fmt"] == list(
             SMALL.q_outputs if op == "quantize" else SMALL.dq_outputs)
     assert AccelConfig.load(tmp_path / "config.json") == SMALL
@@ -53,8 +53,8 @@ def test_write_verilog_matmul_nbits(tmp_path):
     """The v2 engine (a configuration without the float path, as the default) with
     AXI4-Stream names: a, w, s, b in, y out, cfg registers; its timing and nibble columns in
     the JSON."""
-    config = AccelConfig(pe=4, simd=2, m_tile=3, max_k=1024, weight_bus_width=32,
-                         float_path=False, dsp_pairs=None)
+    config = AccelConfig(pe=4, simd=2, m_tile=3, max_k=1024, float_path=False,
+                         dsp_pairs=None)
     paths = write_verilog(config, tmp_path, ops=("matmul_nbits",))
     assert {p.name for p in paths} == {"qaccel_matmul_nbits.v", "qaccel_matmul_nbits.json",
                                        "config.json"}
@@ -82,7 +82,7 @@ def test_write_verilog_matmul_nbits_float_path(tmp_path):
     config = AccelConfig(pe=4, simd=2, m_tile=4, max_k=1024, float_path=True)
     write_verilog(config, tmp_path, ops=("matmul_nbits",))
     desc = json.loads((tmp_path / "qaccel_matmul_nbits.json").read_text())
-    assert desc["engine"] == "v2" and desc["config"]["float_path"] is True
+    assert desc["engine"] == "v2" and desc["config"]["matmul_nbits"]["float_path"] is True
     widths = {p["name"]: p["width"] for p in desc["ports"]}
     assert widths["cfg_fmode"] == 2 and widths["s_axis_w_tdata"] == 4 * 4 * 2
     assert desc["fmode"] == {"int8 path": 0, "float path": 1,

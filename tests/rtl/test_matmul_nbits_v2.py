@@ -164,7 +164,7 @@ def test_matrix(shape):
 
 def test_illegal_shapes_are_rejected():
     with pytest.raises(ValueError, match="pe must be even"):
-        MatMulNBitsV2(AccelConfig(pe=3, weight_bus_width=64))
+        MatMulNBitsV2(AccelConfig(pe=3))
     with pytest.raises(TypeError, match="config must be an AccelConfig"):
         MatMulNBitsV2("p4s2")
     with pytest.raises(ValueError, match="K must be at most config.max_k"):
@@ -181,7 +181,7 @@ def test_illegal_shapes_are_rejected():
     with pytest.raises(ValueError, match="m_tile must be a multiple of 4 .* not 6"):
         MatMulNBitsV2(AccelConfig(pe=8, m_tile=6, float_path=True))
     with pytest.raises(ValueError, match=r"pe / clusters must be even .* not 12 / 4"):
-        MatMulNBitsV2(AccelConfig(pe=12, simd=16, weight_bus_width=128, clusters=4))
+        MatMulNBitsV2(AccelConfig(pe=12, simd=16, clusters=4))
     with pytest.raises(ValueError, match=r"clusters \(2\) need at least two MAC columns per "
                                          r"float lane \(pe / scale_lanes = 4 / 4\)"):
         MatMulNBitsV2(AccelConfig(pe=4, simd=16, clusters=2))
@@ -206,7 +206,7 @@ def test_lane_columns(pe, lanes):
             if c is not None:
                 assert set(pairs[c]) <= own if J > 1 else pairs[c] == (c, c + pe // 2)
     with pytest.raises(ValueError, match=r"pe / scale_lanes .* must be 1 or even.* 6 / 2"):
-        MatMulNBitsV2(AccelConfig(pe=6, simd=4, weight_bus_width=128))
+        MatMulNBitsV2(AccelConfig(pe=6, simd=4))
 
 
 #: Calls whose cycles the performance model must give exactly: bits, block_size, K, N, M
