@@ -24,12 +24,47 @@ import numpy as np
 from . import quant_kernels as qk
 from .dtypes import dtype_name, float_dtype, qtype
 from .indexing import broadcast_layout
+from .quant import CheckedCall
 from .validate import as_array
 
-__all__ = ["dml_quantize_linear"]
+__all__ = ["check_dml", "dml_quantize_linear"]
 
 #: DirectML tensors have 1 to 8 dimensions.
 MAX_RANK = 8
+
+
+def check_dml(input, scale, zero_point=None, *, output_dtype=np.int8) -> CheckedCall:
+    """Check the arguments of :func:`dml_quantize_linear` (its exceptions, nothing computed);
+    ``scale`` and ``zero_point`` come back broadcast to their common shape."""
+    x = as_array("input", input)
+    scale = as_array("scale", scale)
+    zero_point = as_array("zero_point", zero_point, allow_none=True)
+    x_dtype = float_dtype(x.dtype, param="input", allowed=("float32", "float16", "int32"))
+    s_dtype = float_dtype(scale.dtype, param="scale", allowed=("float32", "float16"))
+    if x_dtype == np.int32 and s_dtype != np.float32:
+        raise TypeError(f"an int32 input needs a float32 scale, not {dtype_name(s_dtype)}")
+    if x_dtype != np.int32 and s_dtype != x_dtype:
+        raise TypeError(
+            f"scale must have the input's type ({dtype_name(x_dtype)}), not {dtype_name(s_dtype)}"
+        )
+    if zero_point is None:
+        out_q = qtype(output_dtype, param="output_dtype", allowed=("int8", "uint8"))
+    else:
+        out_q = qtype(zero_point.dtype, param="zero_point", allowed=("int8", "uint8"))
+    if not 1 <= x.ndim <= MAX_RANK:
+        raise ValueError(f"input must have 1 to {MAX_RANK} dimensions, not {x.ndim}")
+
+    layout = broadcast_layout(x.shape, scale.shape, param="scale")
+    if zero_point is not None and zero_point.shape != scale.shape:
+        # one layout serves both: broadcast them to their common shape
+        broadcast_layout(x.shape, zero_point.shape, param="zero_point")
+        shape = np.broadcast_shapes(scale.shape, zero_point.shape)
+        scale = np.broadcast_to(scale, shape)
+        zero_point = np.broadcast_to(zero_point, shape)
+        layout = broadcast_layout(x.shape, shape, param="scale")
+
+    return CheckedCall(x, scale, zero_point, layout, out_q.dtype, out_q=out_q,
+                       division=np.dtype(np.float32), saturate=True)
 
 
 def dml_quantize_linear(input, scale, zero_point=None, *, output_dtype=np.int8):
@@ -60,32 +95,9 @@ def dml_quantize_linear(input, scale, zero_point=None, *, output_dtype=np.int8):
     ValueError
         Ranks outside 1..8 or different, sizes that do not broadcast.
     """
-    x = as_array("input", input)
-    scale = as_array("scale", scale)
-    zero_point = as_array("zero_point", zero_point, allow_none=True)
-    x_dtype = float_dtype(x.dtype, param="input", allowed=("float32", "float16", "int32"))
-    s_dtype = float_dtype(scale.dtype, param="scale", allowed=("float32", "float16"))
-    if x_dtype == np.int32 and s_dtype != np.float32:
-        raise TypeError(f"an int32 input needs a float32 scale, not {dtype_name(s_dtype)}")
-    if x_dtype != np.int32 and s_dtype != x_dtype:
-        raise TypeError(
-            f"scale must have the input's type ({dtype_name(x_dtype)}), not {dtype_name(s_dtype)}"
-        )
-    if zero_point is None:
-        out_q = qtype(output_dtype, param="output_dtype", allowed=("int8", "uint8"))
-    else:
-        out_q = qtype(zero_point.dtype, param="zero_point", allowed=("int8", "uint8"))
-    if not 1 <= x.ndim <= MAX_RANK:
-        raise ValueError(f"input must have 1 to {MAX_RANK} dimensions, not {x.ndim}")
-
-    layout = broadcast_layout(x.shape, scale.shape, param="scale")
-    if zero_point is not None and zero_point.shape != scale.shape:
-        # one layout serves both: broadcast them to their common shape
-        broadcast_layout(x.shape, zero_point.shape, param="zero_point")
-        shape = np.broadcast_shapes(scale.shape, zero_point.shape)
-        scale = np.broadcast_to(scale, shape)
-        zero_point = np.broadcast_to(zero_point, shape)
-        layout = broadcast_layout(x.shape, shape, param="scale")
+    c = check_dml(input, scale, zero_point, output_dtype=output_dtype)
+    x, scale, zero_point, out_q, layout = c.x, c.scale, c.zero_point, c.out_q, c.layout
+    x_dtype = x.dtype
 
     flat = np.ascontiguousarray(x).reshape(-1)
     xk, xfmt = (flat.view(np.uint16), qk.FMT_F16) if x_dtype == np.float16 else (flat, 0)

@@ -340,6 +340,17 @@ def _activation_words(qa, op, wbits):
     return q.view(np.int32).reshape(M, -1)
 
 
+def _check_bias(bias, dtype, N):
+    """``bias`` as an array of A's ``dtype`` and shape (N,), or None."""
+    if bias is None:
+        return None
+    b = as_array("bias", bias)
+    if b.dtype != dtype:
+        raise TypeError(f"bias must be {_A_DTYPES[dtype]} like A, not {b.dtype}")
+    check_shape("bias", b, (N,), "N")
+    return b
+
+
 def _check_A(A, K):
     a = as_array("A", A)
     if a.dtype not in _A_DTYPES:
@@ -431,13 +442,8 @@ class NBitsWeights:
 
     def _run(self, a, bias, level):
         op = self._op
-        b32 = None
-        if bias is not None:
-            b = as_array("bias", bias)
-            if b.dtype != a.dtype:
-                raise TypeError(f"bias must be {_A_DTYPES[a.dtype]} like A, not {b.dtype}")
-            check_shape("bias", b, (op.N,), "N")
-            b32 = b.astype(np.float32)
+        b = _check_bias(bias, a.dtype, op.N)
+        b32 = None if b is None else b.astype(np.float32)
 
         a2 = np.ascontiguousarray(a.reshape(-1, op.K), dtype=np.float32)
         out = np.empty((a2.shape[0], op.N), np.float32)

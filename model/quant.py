@@ -52,6 +52,7 @@ use and are cached on disk.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
@@ -59,10 +60,11 @@ import numpy as np
 from . import quant_kernels as qk
 from .config import DQ_OUTPUTS, Q_INPUTS, Q_OUTPUTS, SCALES
 from .dtypes import E8M0, QTYPES, QType, dtype_name, float_dtype, qtype
-from .indexing import scale_layout
+from .indexing import ScaleLayout, scale_layout
 from .validate import as_array, check_int
 
-__all__ = ["division_dtype", "dequantize_linear", "quantize_linear"]
+__all__ = ["CheckedCall", "check_dequantize", "check_quantize", "division_dtype",
+           "dequantize_linear", "quantize_linear"]
 
 #: Types of DequantizeLinear scales (opset 24 adds float8e8m0): all but int32.
 DQ_SCALES = tuple(name for name in SCALES if name != "int32")
@@ -137,6 +139,99 @@ def _run(kernel, layout, x, s, z, out, *prm):
     qk.run_items(kernel, n_items, layout.size, x, s, z, out, sizes, strides, blocks, prm)
 
 
+@dataclass(frozen=True)
+class CheckedCall:
+    """A QuantizeLinear, DequantizeLinear or DirectML quantize call whose arguments passed
+    every check: what the output is and how the scales cover ``x``, without computing it.
+
+    ``x``, ``scale``, ``zero_point`` (or None) as arrays; ``layout`` the scale layout;
+    ``out_q`` the output :class:`~.dtypes.QType` (QuantizeLinear) or None, ``out_dtype`` the
+    output dtype; ``x_q`` the input QType (DequantizeLinear) or None; ``division`` the dtype
+    ``x / scale`` is computed in and ``saturate`` (QuantizeLinear) or None.
+    """
+
+    x: np.ndarray
+    scale: np.ndarray
+    zero_point: np.ndarray | None
+    layout: ScaleLayout
+    out_dtype: np.dtype
+    out_q: QType | None = None
+    x_q: QType | None = None
+    division: np.dtype | None = None
+    saturate: bool | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The output's shape (``x``'s)."""
+        return self.x.shape
+
+
+def check_quantize(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, output_dtype=None,
+                   saturate=True, precision=None) -> CheckedCall:
+    """Check the arguments of :func:`quantize_linear` (its exceptions, nothing computed)."""
+    x = as_array("x", x)
+    y_scale = as_array("y_scale", y_scale)
+    zero_point = as_array("y_zero_point", y_zero_point, allow_none=True)
+    float_dtype(x.dtype, param="x", allowed=Q_INPUTS)
+    float_dtype(y_scale.dtype, param="y_scale", allowed=SCALES)
+    check_int("axis", axis)
+    block_size = check_int("block_size", block_size, lo=0)
+    saturate = _check_saturate(saturate)
+    if precision is not None:
+        precision = float_dtype(precision, param="precision")
+    out_q = None if output_dtype is None else qtype(
+        output_dtype, param="output_dtype", allowed=Q_OUTPUTS
+    )
+    if zero_point is not None:
+        zp_q = qtype(zero_point.dtype, param="y_zero_point", allowed=Q_OUTPUTS)
+        if out_q is not None and out_q != zp_q:
+            raise ValueError(
+                f"output_dtype {out_q.name} contradicts the zero point's type {zp_q.name}"
+            )
+        out_q = zp_q
+    out_q = out_q or QTYPES["uint8"]
+    layout = scale_layout(x.shape, y_scale.shape, axis, block_size, param="y_scale")
+    if zero_point is not None:
+        _check_zero_point_shape("y_zero_point", zero_point, y_scale)
+
+    division = precision if precision is not None else division_dtype(x.dtype, y_scale.dtype)
+    return CheckedCall(x, y_scale, zero_point, layout, out_q.dtype, out_q=out_q,
+                   division=np.dtype(division), saturate=saturate)
+
+
+def check_dequantize(x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
+                     output_dtype=None) -> CheckedCall:
+    """Check the arguments of :func:`dequantize_linear` (its exceptions, nothing computed)."""
+    x = as_array("x", x)
+    x_scale = as_array("x_scale", x_scale)
+    zero_point = as_array("x_zero_point", x_zero_point, allow_none=True)
+    x_q = qtype(x.dtype, param="x")
+    float_dtype(x_scale.dtype, param="x_scale", allowed=DQ_SCALES)
+    check_int("axis", axis)
+    block_size = check_int("block_size", block_size, lo=0)
+    if output_dtype is not None:
+        out_dtype = float_dtype(output_dtype, param="output_dtype", allowed=DQ_OUTPUTS)
+    elif x_scale.dtype == E8M0:
+        raise ValueError(
+            "output_dtype is required with a float8e8m0 x_scale (float32, float16 or "
+            "bfloat16): the output cannot be float8e8m0; got output_dtype=None"
+        )
+    else:
+        out_dtype = x_scale.dtype
+    layout = scale_layout(x.shape, x_scale.shape, axis, block_size, param="x_scale")
+    if zero_point is not None:
+        _check_zero_point_shape("x_zero_point", zero_point, x_scale)
+        if zero_point.dtype != x.dtype:
+            raise ValueError(
+                f"x_zero_point must have the type of x ({x_q.name}), "
+                f"not {dtype_name(zero_point.dtype)}"
+            )
+        if x_q.name in _FLOAT8 and np.any(zero_point.astype(np.uint8) != 0):
+            raise ValueError("x_zero_point must be zero for float8 types")
+
+    return CheckedCall(x, x_scale, zero_point, layout, np.dtype(out_dtype), x_q=x_q)
+
+
 def quantize_linear(
     x,
     y_scale,
@@ -196,32 +291,10 @@ def quantize_linear(
         Shapes that do not fit, ``axis`` out of range, ``output_dtype`` contradicting the
         zero point's type.
     """
-    x = as_array("x", x)
-    y_scale = as_array("y_scale", y_scale)
-    zero_point = as_array("y_zero_point", y_zero_point, allow_none=True)
-    float_dtype(x.dtype, param="x", allowed=Q_INPUTS)
-    float_dtype(y_scale.dtype, param="y_scale", allowed=SCALES)
-    check_int("axis", axis)
-    block_size = check_int("block_size", block_size, lo=0)
-    saturate = _check_saturate(saturate)
-    if precision is not None:
-        precision = float_dtype(precision, param="precision")
-    out_q = None if output_dtype is None else qtype(
-        output_dtype, param="output_dtype", allowed=Q_OUTPUTS
-    )
-    if zero_point is not None:
-        zp_q = qtype(zero_point.dtype, param="y_zero_point", allowed=Q_OUTPUTS)
-        if out_q is not None and out_q != zp_q:
-            raise ValueError(
-                f"output_dtype {out_q.name} contradicts the zero point's type {zp_q.name}"
-            )
-        out_q = zp_q
-    out_q = out_q or QTYPES["uint8"]
-    layout = scale_layout(x.shape, y_scale.shape, axis, block_size, param="y_scale")
-    if zero_point is not None:
-        _check_zero_point_shape("y_zero_point", zero_point, y_scale)
-
-    division = precision if precision is not None else division_dtype(x.dtype, y_scale.dtype)
+    c = check_quantize(x, y_scale, y_zero_point, axis=axis, block_size=block_size,
+                       output_dtype=output_dtype, saturate=saturate, precision=precision)
+    x, y_scale, zero_point, out_q, layout = c.x, c.scale, c.zero_point, c.out_q, c.layout
+    saturate, division = c.saturate, c.division
     compute = _F64 if division == _F64 else _F32
     rnd = _HALF_FORMAT.get(division, 0)
     xk, xfmt = _kernel_x(np.ascontiguousarray(x))
@@ -293,33 +366,10 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
         Shapes that do not fit, ``axis`` out of range, a zero point whose type differs from
         ``x``'s, a non-zero float8 zero point, no ``output_dtype`` with a float8e8m0 scale.
     """
-    x = as_array("x", x)
-    x_scale = as_array("x_scale", x_scale)
-    zero_point = as_array("x_zero_point", x_zero_point, allow_none=True)
-    x_q = qtype(x.dtype, param="x")
-    float_dtype(x_scale.dtype, param="x_scale", allowed=DQ_SCALES)
-    check_int("axis", axis)
-    block_size = check_int("block_size", block_size, lo=0)
-    if output_dtype is not None:
-        out_dtype = float_dtype(output_dtype, param="output_dtype", allowed=DQ_OUTPUTS)
-    elif x_scale.dtype == E8M0:
-        raise ValueError(
-            "output_dtype is required with a float8e8m0 x_scale (float32, float16 or "
-            "bfloat16): the output cannot be float8e8m0; got output_dtype=None"
-        )
-    else:
-        out_dtype = x_scale.dtype
-    layout = scale_layout(x.shape, x_scale.shape, axis, block_size, param="x_scale")
-    if zero_point is not None:
-        _check_zero_point_shape("x_zero_point", zero_point, x_scale)
-        if zero_point.dtype != x.dtype:
-            raise ValueError(
-                f"x_zero_point must have the type of x ({x_q.name}), "
-                f"not {dtype_name(zero_point.dtype)}"
-            )
-        if x_q.name in _FLOAT8 and np.any(zero_point.astype(np.uint8) != 0):
-            raise ValueError("x_zero_point must be zero for float8 types")
-
+    c = check_dequantize(x, x_scale, x_zero_point, axis=axis, block_size=block_size,
+                         output_dtype=output_dtype)
+    x, x_scale, zero_point, x_q, layout = c.x, c.scale, c.zero_point, c.x_q, c.layout
+    out_dtype = c.out_dtype
     shape = x.shape
     x = np.ascontiguousarray(x)  # (at least 1-D)
     wide = x_q.bits == 32 and zero_point is not None  # the reference's float64 path

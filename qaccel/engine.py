@@ -21,7 +21,6 @@ inner axis (in whole blocks) only when one slice of the outer dimensions needs t
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import itertools
 import math
@@ -206,101 +205,100 @@ class RTL:
                         output_dtype=None, saturate=True, precision=None):
         """:func:`qaccel.quantize_linear` on the Quantize unit."""
         from qaccel.model.dtypes import dtype_name
-        from qaccel.model.indexing import scale_layout
-        from qaccel.model.quant import division_dtype, quantize_linear
+        from qaccel.model.quant import check_quantize, quantize_linear
         from qaccel.sim.jobs import quantize_job
 
         t0 = time.perf_counter()
-        want = quantize_linear(x, y_scale, y_zero_point, axis=axis, block_size=block_size,
-                               output_dtype=output_dtype, saturate=saturate,
-                               precision=precision)
-        x, y_scale = np.asarray(x), np.asarray(y_scale)
+        kw = dict(axis=axis, block_size=block_size, output_dtype=output_dtype,
+                  saturate=saturate, precision=precision)
+        call = check_quantize(x, y_scale, y_zero_point, **kw)
+        x, y_scale, layout = call.x, call.scale, call.layout
         # (validated: the scale's shape, or one element each; sim.jobs wants the same shape)
-        zp = None if y_zero_point is None else np.asarray(y_zero_point).reshape(y_scale.shape)
+        zp = None if call.zero_point is None else call.zero_point.reshape(y_scale.shape)
         c = self.config
         self._carried("q_inputs", "x", x.dtype, c.q_inputs)
         self._carried("scales", "y_scale", y_scale.dtype, c.scales)
-        self._carried("q_outputs", "output", want.dtype, c.q_outputs)
-        prec = division_dtype(x.dtype, y_scale.dtype) if precision is None else precision
-        self._carried("precisions", "division precision", np.dtype(prec), c.precisions)
-        if want.size == 0:
-            return self._empty("quantize", want, t0)
-        layout = scale_layout(x.shape, y_scale.shape, axis, block_size, param="y_scale")
+        self._carried("q_outputs", "output", call.out_dtype, c.q_outputs)
+        self._carried("precisions", "division precision", call.division, c.precisions)
+        if x.size == 0:
+            return self._empty("quantize", call.shape, call.out_dtype, t0)
         unit = self._unit("quantize")
-        label = f"Q {dtype_name(x.dtype)} -> {dtype_name(want.dtype)}"
+        label = f"Q {dtype_name(x.dtype)} -> {dtype_name(call.out_dtype)}"
 
         def job(box):
             s_box = self._onnx_scale_box(layout, box, axis, block_size)
             return quantize_job(unit, _sub(x, box), _sub(y_scale, s_box), _sub(zp, s_box),
-                                axis=axis, block_size=block_size, output_dtype=output_dtype,
-                                saturate=saturate, precision=precision, label=f"{label} {box}")
+                                **kw, label=f"{label} {box}", expect=False)
 
         jobs, boxes = self._plan(layout, job)
-        return self._execute("quantize", unit, jobs, boxes, want, t0)
+        out = self._execute("quantize", unit, jobs, boxes, call, t0)
+        if self.check:
+            _compare(out, quantize_linear(x, y_scale, call.zero_point, **kw), "quantize")
+        return out
 
     def dequantize_linear(self, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
                           output_dtype=None):
         """:func:`qaccel.dequantize_linear` on the Dequantize unit."""
         from qaccel.model.dtypes import dtype_name
-        from qaccel.model.indexing import scale_layout
-        from qaccel.model.quant import dequantize_linear
+        from qaccel.model.quant import check_dequantize, dequantize_linear
         from qaccel.rtl.dequantize_lane import dq_scales
         from qaccel.sim.jobs import dequantize_job
 
         t0 = time.perf_counter()
-        want = dequantize_linear(x, x_scale, x_zero_point, axis=axis, block_size=block_size,
-                                 output_dtype=output_dtype)
-        x, x_scale = np.asarray(x), np.asarray(x_scale)
-        zp = None if x_zero_point is None else np.asarray(x_zero_point).reshape(x_scale.shape)
+        kw = dict(axis=axis, block_size=block_size, output_dtype=output_dtype)
+        call = check_dequantize(x, x_scale, x_zero_point, **kw)
+        x, x_scale, layout = call.x, call.scale, call.layout
+        zp = None if call.zero_point is None else call.zero_point.reshape(x_scale.shape)
         c = self.config
         self._carried("dq_inputs", "x", x.dtype, c.dq_inputs)
         self._carried("scales", "x_scale", x_scale.dtype, dq_scales(c))
-        self._carried("dq_outputs", "output", want.dtype, c.dq_outputs)
-        if want.size == 0:
-            return self._empty("dequantize", want, t0)
-        layout = scale_layout(x.shape, x_scale.shape, axis, block_size, param="x_scale")
+        self._carried("dq_outputs", "output", call.out_dtype, c.dq_outputs)
+        if x.size == 0:
+            return self._empty("dequantize", call.shape, call.out_dtype, t0)
         unit = self._unit("dequantize")
-        label = f"DQ {dtype_name(x.dtype)} -> {dtype_name(want.dtype)}"
+        label = f"DQ {dtype_name(x.dtype)} -> {dtype_name(call.out_dtype)}"
 
         def job(box):
             s_box = self._onnx_scale_box(layout, box, axis, block_size)
             return dequantize_job(unit, _sub(x, box), _sub(x_scale, s_box), _sub(zp, s_box),
-                                  axis=axis, block_size=block_size, output_dtype=output_dtype,
-                                  label=f"{label} {box}")
+                                  **kw, label=f"{label} {box}", expect=False)
 
         jobs, boxes = self._plan(layout, job)
-        return self._execute("dequantize", unit, jobs, boxes, want, t0)
+        out = self._execute("dequantize", unit, jobs, boxes, call, t0)
+        if self.check:
+            _compare(out, dequantize_linear(x, x_scale, call.zero_point, **kw), "dequantize")
+        return out
 
     def dml_quantize_linear(self, input, scale, zero_point=None, *, output_dtype=np.int8):
         """:func:`qaccel.dml_quantize_linear` on the Quantize unit (float32 division)."""
-        from qaccel.model.dml import dml_quantize_linear
+        from qaccel.model.dml import check_dml, dml_quantize_linear
         from qaccel.model.dtypes import dtype_name
-        from qaccel.model.indexing import broadcast_layout
         from qaccel.sim.jobs import dml_job
 
         t0 = time.perf_counter()
-        want = dml_quantize_linear(input, scale, zero_point, output_dtype=output_dtype)
-        x, scale = np.asarray(input), np.asarray(scale)
-        zp = None if zero_point is None else np.asarray(zero_point)
+        call = check_dml(input, scale, zero_point, output_dtype=output_dtype)
+        # scale and zero point broadcast to their common shape
+        x, scale, zp, layout = call.x, call.scale, call.zero_point, call.layout
         c = self.config
         self._carried("q_inputs", "input", x.dtype, c.q_inputs)
         self._carried("scales", "scale", scale.dtype, c.scales)
-        self._carried("q_outputs", "output", want.dtype, c.q_outputs)
-        self._carried("precisions", "division precision", np.dtype(np.float32), c.precisions)
-        if want.size == 0:
-            return self._empty("dml", want, t0)
-        shape = scale.shape if zp is None else np.broadcast_shapes(scale.shape, zp.shape)
-        layout = broadcast_layout(x.shape, shape, param="scale")
+        self._carried("q_outputs", "output", call.out_dtype, c.q_outputs)
+        self._carried("precisions", "division precision", call.division, c.precisions)
+        if x.size == 0:
+            return self._empty("dml", call.shape, call.out_dtype, t0)
         unit = self._unit("dml")
-        label = f"DML {dtype_name(x.dtype)} -> {dtype_name(want.dtype)}"
+        label = f"DML {dtype_name(x.dtype)} -> {dtype_name(call.out_dtype)}"
 
         def job(box):
             return dml_job(unit, _sub(x, box), _sub(scale, _broadcast_box(scale.shape, box)),
                            None if zp is None else _sub(zp, _broadcast_box(zp.shape, box)),
-                           output_dtype=output_dtype, label=f"{label} {box}")
+                           output_dtype=output_dtype, label=f"{label} {box}", expect=False)
 
         jobs, boxes = self._plan(layout, job)
-        return self._execute("dml", unit, jobs, boxes, want, t0)
+        out = self._execute("dml", unit, jobs, boxes, call, t0)
+        if self.check:
+            _compare(out, dml_quantize_linear(x, scale, zp, output_dtype=output_dtype), "dml")
+        return out
 
     def matmul_nbits(self, A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
                      bits, block_size, accuracy_level=0):
@@ -350,9 +348,10 @@ class RTL:
                 f"accuracy_level 4 with integer or no zero points and no g_idx (a "
                 f"configuration with float_path=True runs the rest)")
         if a.size == 0:
+            # (the golden model checks bias too; with no rows it computes nothing)
             want = matmul_nbits(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
                                 block_size=block_size, accuracy_level=level)
-            return self._empty("matmul_nbits", want, t0)
+            return self._empty("matmul_nbits", want.shape, want.dtype, t0)
         args = (A, B, scales, zero_points, g_idx, bias)
         kwargs = dict(K=K, N=N, bits=bits, block_size=block_size, accuracy_level=level)
         return self._matmul_nbits_v2(*args, **kwargs, t0=t0)
@@ -364,7 +363,8 @@ class RTL:
         if kwargs["bits"] not in self.config.nbits:
             raise ValueError(f"bits {kwargs['bits']} is not carried by this engine "
                              f"(config.nbits {self.config.nbits})")
-        job = nbits_job_v2(*args, **kwargs, config=self.config)
+        # the engine's model only runs for the check
+        job = nbits_job_v2(*args, **kwargs, config=self.config, expect=self.check)
         engine = self._nbits_engine()
         harness = self._harness()
         if harness == "stream":
@@ -537,10 +537,11 @@ class RTL:
         return tuple(slice(s.start // block_size, -(-s.stop // block_size)) if d == ax else
                      box[d] for d in range(len(box)))
 
-    def _empty(self, op: str, want: np.ndarray, t0: float) -> np.ndarray:
+    def _empty(self, op: str, shape, dtype, t0: float) -> np.ndarray:
+        """The output of a call without elements: nothing simulated."""
         self.last_run = RunRecord(op, self.simulator, "none", 0, 0, 0, 0, 0, None,
                                   time.perf_counter() - t0, True)
-        return want.copy()
+        return np.empty(shape, dtype)
 
     def _harness(self) -> str:
         if self.harness != "auto":
@@ -549,30 +550,27 @@ class RTL:
             return "stream"
         return "cocotb"
 
-    def _execute(self, op: str, unit, jobs, boxes, want: np.ndarray, t0: float) -> np.ndarray:
-        """Simulate ``jobs``, decode the ``y`` beats into the output array, record the run."""
+    def _execute(self, op: str, unit, jobs, boxes, call, t0: float) -> np.ndarray:
+        """Simulate ``jobs`` (which carry no expected beats: what comes back is the unit's own
+        answer), decode the ``y`` beats into the output array of ``call``, record the run."""
         from qaccel.sim.jobs import lane_widths, unpack_output
 
         lanes = self.config.lanes
         width = lane_widths(unit)[1]
-        # The simulator sees no expected beats: what comes back is the unit's own answer.
-        blind = [dataclasses.replace(j, y=[], ymask=0) for j in jobs]
         harness = self._harness()
         name = _UNIT_OF[op]
         if harness == "stream":
-            beats, cycles, load, latency, built = self._run_stream(unit, blind, name)
+            beats, cycles, load, latency, built = self._run_stream(unit, jobs, name)
         else:
-            beats, cycles, load, latency, built = self._run_cocotb(unit, blind, name)
-        out = np.empty(want.shape, want.dtype)
+            beats, cycles, load, latency, built = self._run_cocotb(unit, jobs, name)
+        out = np.empty(call.shape, call.out_dtype)
         for job, got, box in zip(jobs, beats, boxes, strict=True):
             _check_last(job, got, lanes * width)
             out[box] = unpack_output(job, got, width, lanes)
         self.last_run = RunRecord(
-            op, self.simulator, harness, len(jobs), int(want.size),
+            op, self.simulator, harness, len(jobs), int(out.size),
             sum(len(b) for b in beats), cycles, load, latency, time.perf_counter() - t0,
             not built, sum(len(j.table) for j in jobs))
-        if self.check:
-            _compare(out, want, op)
         return out
 
     def _progress(self, total: int):
@@ -595,7 +593,7 @@ class RTL:
                 cap.latency[0] if cap.latency else None, cap.built)
 
     def _run_stream(self, unit, jobs, name: str):
-        from qaccel.sim.streamsim import elementwise_sim
+        from qaccel.sim.elementwise_sim import elementwise_sim
 
         run = _stream_harness()
         if run is None:
@@ -684,7 +682,7 @@ def _compare(out: np.ndarray, want: np.ndarray, op: str) -> None:
 def _stream_harness():
     """Return ``qaccel.sim.streamsim.run_elementwise_fast`` or None if it is not there."""
     try:
-        module = importlib.import_module("qaccel.sim.streamsim")
+        module = importlib.import_module("qaccel.sim.elementwise_sim")
     except ImportError:
         return None
     return getattr(module, "run_elementwise_fast", None)

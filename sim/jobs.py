@@ -20,10 +20,15 @@ import numpy as np
 from amaranth.hdl import Shape
 from amaranth.lib import data
 
-from qaccel.model.dml import dml_quantize_linear
+from qaccel.model.dml import check_dml, dml_quantize_linear
 from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, dtype_name
-from qaccel.model.indexing import ScaleLayout, broadcast_layout, scale_layout
-from qaccel.model.quant import dequantize_linear, division_dtype, quantize_linear
+from qaccel.model.quant import (
+    CheckedCall,
+    check_dequantize,
+    check_quantize,
+    dequantize_linear,
+    quantize_linear,
+)
 from qaccel.rtl.dequantize_lane import dq_scales
 from qaccel.rtl.elementwise import Elementwise
 
@@ -135,44 +140,50 @@ def _type_name(dtype) -> str:
     return "int32" if name == "int32" else name
 
 
-def _finish(unit: Elementwise, label: str, lane_regs: dict, layout: ScaleLayout,
-            scale_codes: np.ndarray, zp_codes: np.ndarray, x: np.ndarray, want: np.ndarray,
+def _finish(unit: Elementwise, label: str, lane_regs: dict, call: CheckedCall,
+            scale_codes: np.ndarray, zp_codes: np.ndarray, want: np.ndarray | None,
             meta: dict) -> Job:
+    """The job of ``call``: registers, table and ``x`` beats; the expected ``y`` beats from
+    ``want`` (None: none, ``ymask`` 0)."""
     c = unit.config
     n_scales = scale_codes.size
     if n_scales > c.table_depth:
         raise ValueError(f"the layout needs {n_scales} scales; the table holds "
                          f"{c.table_depth} (config.table_depth)")
     regs_layout = unit.signature.members["regs"].shape
-    regs = pack(regs_layout, {"lane": lane_regs, **unit.index_registers(layout)})
+    regs = pack(regs_layout, {"lane": lane_regs, **unit.index_registers(call.layout)})
     x_width, y_width = lane_widths(unit)
-    xb = _beats(codes_of(x), c.lanes, x_width)
-    yb = _beats(codes_of(want), c.lanes, y_width)
-    count = int(x.size)
-    if yb:
-        yb[-1] |= 1 << (c.lanes * y_width)
-    used = count - (len(yb) - 1) * c.lanes
-    ymask = ((1 << (used * y_width)) - 1) | (1 << (c.lanes * y_width))
+    xb = _beats(codes_of(call.x), c.lanes, x_width)
+    count = int(call.x.size)
+    yb, ymask = [], 0
+    if want is not None:
+        yb = _beats(codes_of(want), c.lanes, y_width)
+        if yb:
+            yb[-1] |= 1 << (c.lanes * y_width)
+        used = count - (len(yb) - 1) * c.lanes
+        ymask = ((1 << (used * y_width)) - 1) | (1 << (c.lanes * y_width))
     table = [(k, int(s), int(z)) for k, (s, z) in enumerate(zip(scale_codes, zp_codes,
                                                                   strict=True))]
-    return Job(label, regs, table, xb, yb, ymask, count, tuple(want.shape),
-               dtype_name(want.dtype), meta)
+    return Job(label, regs, table, xb, yb, ymask, count, tuple(call.shape),
+               dtype_name(call.out_dtype), meta)
 
 
 def quantize_job(unit: Elementwise, x, y_scale, y_zero_point=None, *, axis=1, block_size=0,
-                 output_dtype=None, saturate=True, precision=None, label: str = "") -> Job:
-    """A QuantizeLinear call as a :class:`Job` for a :class:`~qaccel.rtl.quantize.Quantize`."""
+                 output_dtype=None, saturate=True, precision=None, label: str = "",
+                 expect: bool = True) -> Job:
+    """A QuantizeLinear call as a :class:`Job` for a :class:`~qaccel.rtl.quantize.Quantize`;
+    with ``expect`` its expected ``y`` beats, from the golden model."""
     c = unit.config
-    x, y_scale = np.asarray(x), np.asarray(y_scale)
-    want = quantize_linear(x, y_scale, y_zero_point, axis=axis, block_size=block_size,
-                           output_dtype=output_dtype, saturate=saturate, precision=precision)
-    layout = scale_layout(x.shape, y_scale.shape, axis, block_size, param="y_scale")
-    out = dtype_name(want.dtype)
+    kw = dict(axis=axis, block_size=block_size, output_dtype=output_dtype, saturate=saturate,
+              precision=precision)
+    call = check_quantize(x, y_scale, y_zero_point, **kw)
+    want = quantize_linear(x, y_scale, y_zero_point, **kw) if expect else None
+    x, y_scale = call.x, call.scale
+    out = dtype_name(call.out_dtype)
     if precision is not None:
         prec, cast = dtype_name(np.dtype(precision)), 1
     else:
-        d = division_dtype(x.dtype, y_scale.dtype)
-        prec = "float64" if d == np.float64 else dtype_name(d)
+        prec = "float64" if call.division == np.float64 else dtype_name(call.division)
         cast = 0
     lane_regs = {
         "x_fmt": c.q_inputs.index(_type_name(x.dtype)),
@@ -183,57 +194,56 @@ def quantize_job(unit: Elementwise, x, y_scale, y_zero_point=None, *, axis=1, bl
     zp = _zero_point_codes(y_zero_point, y_scale.shape, y_scale.size)
     if y_zero_point is None and out == "float4e2m1":
         zp[:] = 0x8           # -0, the additive identity: an exact -0 quotient stays -0
+    kind = call.layout.kind
     return _finish(unit, label or f"Q {dtype_name(x.dtype)}/{dtype_name(y_scale.dtype)} -> {out}"
-                   f" {layout.kind}", lane_regs, layout, codes_of(y_scale), zp, x, want,
-                   {"op": "quantize", "layout": layout.kind})
+                   f" {kind}", lane_regs, call, codes_of(y_scale), zp, want,
+                   {"op": "quantize", "layout": kind})
 
 
 def dml_job(unit: Elementwise, input, scale, zero_point=None, *, output_dtype=np.int8,
-            label: str = "") -> Job:
-    """A DirectML ELEMENT_WISE_QUANTIZE_LINEAR call as a :class:`Job` (float32 division)."""
+            label: str = "", expect: bool = True) -> Job:
+    """A DirectML ELEMENT_WISE_QUANTIZE_LINEAR call as a :class:`Job` (float32 division);
+    with ``expect`` its expected ``y`` beats, from the golden model."""
     c = unit.config
-    x, scale = np.asarray(input), np.asarray(scale)
-    want = dml_quantize_linear(x, scale, zero_point, output_dtype=output_dtype)
-    shape = scale.shape
-    if zero_point is not None:
-        shape = np.broadcast_shapes(scale.shape, np.asarray(zero_point).shape)
-    layout = broadcast_layout(x.shape, shape, param="scale")
-    scale_b = np.ascontiguousarray(np.broadcast_to(scale, shape))
-    zp = (np.zeros(scale_b.size, np.int64) if zero_point is None
-          else codes_of(np.ascontiguousarray(np.broadcast_to(np.asarray(zero_point), shape))))
-    out = dtype_name(want.dtype)
+    call = check_dml(input, scale, zero_point, output_dtype=output_dtype)
+    want = (dml_quantize_linear(input, scale, zero_point, output_dtype=output_dtype)
+            if expect else None)
+    x, scale_b = call.x, np.ascontiguousarray(call.scale)
+    zp = (np.zeros(scale_b.size, np.int64) if call.zero_point is None
+          else codes_of(np.ascontiguousarray(call.zero_point)))
+    out = dtype_name(call.out_dtype)
     lane_regs = {
         "x_fmt": c.q_inputs.index(_type_name(x.dtype)),
-        "s_fmt": c.scales.index(_type_name(scale.dtype)),
+        "s_fmt": c.scales.index(_type_name(scale_b.dtype)),
         "prec": c.precisions.index("float32"), "cast": 1,
         "out_fmt": c.q_outputs.index(out), "saturate": 1,
     }
-    return _finish(unit, label or f"DML {dtype_name(x.dtype)} -> {out}", lane_regs, layout,
-                   codes_of(scale_b), zp, x, want, {"op": "dml", "layout": layout.kind})
+    return _finish(unit, label or f"DML {dtype_name(x.dtype)} -> {out}", lane_regs, call,
+                   codes_of(scale_b), zp, want, {"op": "dml", "layout": call.layout.kind})
 
 
 def dequantize_job(unit: Elementwise, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
-                   output_dtype=None, label: str = "") -> Job:
+                   output_dtype=None, label: str = "", expect: bool = True) -> Job:
     """A DequantizeLinear call as a :class:`Job` for a :class:`~qaccel.rtl.dequantize.
-    Dequantize`."""
+    Dequantize`; with ``expect`` its expected ``y`` beats, from the golden model."""
     c = unit.config
-    x, x_scale = np.asarray(x), np.asarray(x_scale)
-    want = dequantize_linear(x, x_scale, x_zero_point, axis=axis, block_size=block_size,
-                             output_dtype=output_dtype)
-    layout = scale_layout(x.shape, x_scale.shape, axis, block_size, param="x_scale")
+    kw = dict(axis=axis, block_size=block_size, output_dtype=output_dtype)
+    call = check_dequantize(x, x_scale, x_zero_point, **kw)
+    want = dequantize_linear(x, x_scale, x_zero_point, **kw) if expect else None
+    x, x_scale = call.x, call.scale
     x_name = _type_name(x.dtype)
     use_zp = x_zero_point is not None and QTYPES[x_name].is_int
     lane_regs = {
         "x_fmt": c.dq_inputs.index(x_name),
         "s_fmt": dq_scales(c).index(dtype_name(x_scale.dtype)),
-        "out_fmt": c.dq_outputs.index(dtype_name(want.dtype)),
+        "out_fmt": c.dq_outputs.index(dtype_name(call.out_dtype)),
         "use_zp": int(use_zp),
         "wide": int(use_zp and x_name == "int32"),
     }
     zp = _zero_point_codes(x_zero_point if use_zp else None, x_scale.shape, x_scale.size)
-    return _finish(unit, label or f"DQ {x_name} -> {dtype_name(want.dtype)} {layout.kind}",
-                   lane_regs, layout, codes_of(x_scale), zp, x, want,
-                   {"op": "dequantize", "layout": layout.kind})
+    return _finish(unit, label or f"DQ {x_name} -> {dtype_name(call.out_dtype)} "
+                   f"{call.layout.kind}", lane_regs, call, codes_of(x_scale), zp, want,
+                   {"op": "dequantize", "layout": call.layout.kind})
 
 
 def unpack_output(job: Job, beats: list[int], width: int, lanes: int) -> np.ndarray:

@@ -17,8 +17,9 @@ import numpy as np
 from qaccel.model import nbits_kernels as _k
 from qaccel.model.config import ZERO_POINTS, AccelConfig
 from qaccel.model.dtypes import dtype_name
-from qaccel.model.nbits import _check_A, _Op, unpack_nbits, unpack_zero_points
+from qaccel.model.nbits import _check_A, _check_bias, _Op, unpack_nbits, unpack_zero_points
 from qaccel.model.nbits_hw import block_layout, int8_path, matmul_nbits_v2
+from qaccel.model.validate import check_int
 from qaccel.rtl.matmul_nbits_v2 import OUT_FORMATS, lane_column, wide_columns
 
 __all__ = ["NBitsJobV2", "is_nan_code", "nbits_job_v2", "unpack_y_v2"]
@@ -83,7 +84,8 @@ def _fields(values: np.ndarray, width: int) -> np.ndarray:
 
 
 def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits,
-                 block_size, accuracy_level=4, config: AccelConfig | None = None) -> NBitsJobV2:
+                 block_size, accuracy_level=4, config: AccelConfig | None = None,
+                 expect: bool = True) -> NBitsJobV2:
     """Return the v2 engine job computing ``matmul_nbits(...)`` (arguments as
     :func:`qaccel.model.nbits.matmul_nbits`) with its expected ``y`` words: B repacked into
     the engine's weight steps, scales and zero-point codes per lane on ``s``, biases on
@@ -95,13 +97,18 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     group-by-group layout of K (:func:`~qaccel.model.nbits_hw.block_layout`: A's columns
     and B's rows permuted, groups padded to whole blocks, each block with its group's scale
     and zero point); float zero points send each block's scales and then its ``z =
-    f32(-scale * zero_point)`` on ``s`` (``fmode = 3``)."""
+    f32(-scale * zero_point)`` on ``s`` (``fmode = 3``). Without ``expect`` the engine's model
+    does not run: the expected words are zeros (the arguments are checked all the same)."""
     config = AccelConfig() if config is None else config
-    y_ref = matmul_nbits_v2(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
-                            block_size=block_size, accuracy_level=accuracy_level)
+    check_int("accuracy_level", accuracy_level, 0, 4)
     a = _check_A(A, K)
     op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
              dtype=a.dtype)
+    bias = _check_bias(bias, a.dtype, N)
+    out_shape, out_dtype = (*a.shape[:-1], N), a.dtype
+    y_ref = (matmul_nbits_v2(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
+                             block_size=block_size, accuracy_level=accuracy_level)
+             if expect else None)
     fmode = not int8_path(accuracy_level, float_zero_points=op.zmode == _k.ZP_FLOAT,
                           g_idx=op.gidx is not None)
     if fmode and not config.float_path:
@@ -201,16 +208,17 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
         inputs["b"] = _fields(np.tile(bl.reshape(-1, F), (len(tiles), 1)), 32)
 
     y2 = np.zeros((M, Np), np.uint32)
-    y2[:, :N] = _codes(y_ref.reshape(M, N))
+    if y_ref is not None:
+        y2[:, :N] = _codes(y_ref.reshape(M, N))
     order = [(r0 + r, g * cols + p) for r0, rows in tiles for g in range(groups)
              for r in range(rows) for p in range(cols)]
     order = np.array(order, np.int64).reshape(-1, 2)
-    out_fmt = OUT_FORMATS.index(dtype_name(y_ref.dtype))
+    out_fmt = OUT_FORMATS.index(dtype_name(out_dtype))
     regs = {"k": k_reg, "block_size": bs, "bits": op.bits, "m": M, "groups": groups,
             "bias": int(bias is not None), "out_fmt": out_fmt,
             "fmode": int(fmode) | (2 if fzp else 0)}
     return NBitsJobV2(regs, inputs, y2[order[:, 0], order[:, 1]], order[:, 1] < N, order,
-                      y_ref.shape, y_ref.dtype, {"accuracy_level": accuracy_level})
+                      out_shape, out_dtype, {"accuracy_level": accuracy_level})
 
 
 def unpack_y_v2(job: NBitsJobV2, words: np.ndarray) -> np.ndarray:

@@ -11,7 +11,6 @@ returned array is the decoded beats (a fake harness), constructor errors.
 from __future__ import annotations
 
 import inspect
-from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -114,7 +113,7 @@ def test_prepared_scales_cycles(case):
           "split": dict(shape=(4, 512), axis=1, block_size=1)}[case]
     args, kwargs = example_call("quantize", seed=3, output_dtype="int8", **kw)
     if case == "split":
-        rtl = RTL(replace(config, table_depth=256))
+        rtl = RTL(config.replace(table_depth=256))
     assert_bitexact(rtl.quantize_linear(*args, **kwargs), qaccel.quantize_linear(*args, **kwargs))
     run = rtl.last_run
     unit = rtl._unit("quantize")
