@@ -41,6 +41,40 @@ def rtl():
     return RTL()
 
 
+@needs("verilator")
+@pytest.mark.parametrize("check", [False, True])
+def test_golden_model_runs_once_and_only_to_check(check, monkeypatch):
+    """A Q / DQ / DirectML call validates its arguments, simulates and decodes; the golden
+    model runs once, on the whole tensor, and only with ``check`` (a call split into several
+    jobs too).  (MatMulNBits: nbits_job_v2 runs the engine's model only with expect=True,
+    which the engine passes as its check: tests/sim/test_jobs.py.)"""
+    import qaccel.model.dml as dml_module
+    import qaccel.model.quant as quant_module
+    import qaccel.sim.jobs as jobs_module
+
+    calls = []
+
+    def counted(module, name):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, **k: calls.append(name) or real(*a, **k))
+
+    for module in (quant_module, jobs_module):
+        counted(module, "quantize_linear")
+        counted(module, "dequantize_linear")
+    counted(dml_module, "dml_quantize_linear")
+    counted(jobs_module, "dml_quantize_linear")
+    rtl = RTL(AccelConfig(table_depth=16), check=check)
+    args, kwargs = example_call("quantize", (4, 64), axis=1, block_size=1, seed=1)
+    rtl.quantize_linear(*args, **kwargs)
+    assert rtl.last_run.jobs > 1
+    args, kwargs = example_call("dequantize", (3, 40), axis=0, seed=2)
+    rtl.dequantize_linear(*args, **kwargs)
+    args, kwargs = example_call("dml", (3, 40), axis=0, seed=3)
+    rtl.dml_quantize_linear(*args, **kwargs)
+    want = ["quantize_linear", "dequantize_linear", "dml_quantize_linear"]
+    assert calls == (want if check else [])
+
+
 #: (op, example_call arguments): every granularity, several types; small tensors.
 CALLS = {
     "q-f32-int8-per-axis": ("quantize", dict(shape=(4, 33), axis=1)),

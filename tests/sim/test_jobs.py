@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from qaccel.model.config import AccelConfig
+from qaccel.model.nbits import quantize_weights_nbits
 from qaccel.model.quant import dequantize_linear, quantize_linear
 from qaccel.rtl.dequantize import Dequantize
 from qaccel.rtl.quantize import Quantize
@@ -77,3 +78,39 @@ def test_job_beats_unpack_to_golden(units, dtype):
                     **attrs)
     assert_bitexact(want, ref)
     assert job.count == x.size and len(job.x) == -(-x.size // 4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_job_without_expected_beats_skips_the_model(dtype, monkeypatch):
+    """Jobs built with ``expect=False`` (the RTL engine's without check) carry no expected
+    beats and do not run the golden model; everything else is the job with them."""
+    import qaccel.sim.jobs as jobs_module
+    import qaccel.sim.nbits_jobs as nbits_jobs_module
+
+    rng = np.random.default_rng(5)
+    unit = Quantize(AccelConfig(lanes=2))
+    x = rng.standard_normal((3, 10)).astype(np.float32)
+    scale = np.float32([0.1, 0.2, 0.3])
+    with_y = quantize_job(unit, x, scale, np.int8([1, 2, 3]), axis=0)
+    K, N = 40, 6
+    W = rng.standard_normal((K, N)).astype(np.float32)
+    B, s, z = quantize_weights_nbits(W, bits=4, block_size=16, symmetric=False)
+    A = rng.standard_normal((2, K)).astype(dtype)
+    call = dict(K=K, N=N, bits=4, block_size=16, config=AccelConfig(pe=4))
+    nb_with_y = nbits_jobs_module.nbits_job_v2(A, B, s.astype(dtype), z, **call)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the golden model ran")
+
+    monkeypatch.setattr(jobs_module, "quantize_linear", forbidden)
+    monkeypatch.setattr(nbits_jobs_module, "matmul_nbits_v2", forbidden)
+    blind = quantize_job(unit, x, scale, np.int8([1, 2, 3]), axis=0, expect=False)
+    assert (blind.y, blind.ymask) == ([], 0) and with_y.y
+    assert (blind.regs, blind.table, blind.x, blind.shape, blind.out_dtype) == (
+        with_y.regs, with_y.table, with_y.x, with_y.shape, with_y.out_dtype)
+    nb = nbits_jobs_module.nbits_job_v2(A, B, s.astype(dtype), z, **call, expect=False)
+    assert not nb.y.any() and nb_with_y.y.any() and nb.y.shape == nb_with_y.y.shape
+    assert nb.regs == nb_with_y.regs and (nb.out_shape, nb.out_dtype) == (
+        nb_with_y.out_shape, nb_with_y.out_dtype)
+    for name, beats in nb_with_y.inputs.items():
+        np.testing.assert_array_equal(nb.inputs[name], beats)
