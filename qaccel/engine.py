@@ -680,7 +680,7 @@ def _compare(out: np.ndarray, want: np.ndarray, op: str) -> None:
 
 
 def _stream_harness():
-    """Return ``qaccel.sim.streamsim.run_elementwise_fast`` or None if it is not there."""
+    """Return ``qaccel.sim.elementwise_sim.run_elementwise_fast`` or None if it is not there."""
     try:
         module = importlib.import_module("qaccel.sim.elementwise_sim")
     except ImportError:

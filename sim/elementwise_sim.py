@@ -8,6 +8,12 @@
 unit produced, with cycle counts: the engine behind :class:`qaccel.engine.RTL`. Its build is
 found without emitting Verilog when one exists (:func:`elementwise_build`), so a call costs the
 simulation only.
+
+:func:`run_elementwise_fast` runs jobs through the C++ stream loop of
+:class:`~qaccel.sim.streamsim.StreamSim` instead (one segment per job, all jobs in one process,
+no cocotb; :func:`elementwise_sim` keeps one simulator per unit class and configuration) and
+returns a :class:`JobResult` per job; :func:`check_jobs` compares those with the jobs'
+expected beats.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from qaccel.rtl.elementwise import Elementwise
 from qaccel.sim import tbconfig
@@ -43,8 +51,10 @@ from qaccel.sim.runner import (
     run_cocotb,
     sources_digest,
 )
+from qaccel.sim.streamsim import WATCHDOG, Segment, StreamSim
 
-__all__ = ["Capture", "capture_elementwise", "elementwise_build", "run_elementwise",
+__all__ = ["Capture", "JobResult", "capture_elementwise", "check_jobs", "design_key",
+           "elementwise_build", "elementwise_sim", "run_elementwise", "run_elementwise_fast",
            "table_fields"]
 
 #: Seconds between two looks at the testbench's progress file.
@@ -274,3 +284,159 @@ def _run_testbench(b: Build, run_dir: Path, config: dict, testcase: str,
                  if st == "failed"]
         raise SimulationFailed(f"the capture run failed on {b.simulator} ({b.toplevel}, run dir "
                                f"{run_dir}):\n" + "\n".join(lines) + log_tail(log_file))
+
+
+# ---------------------------------------------------------------------------------------------
+# Jobs through the C++ stream loop (qaccel.sim.streamsim)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What the RTL produced for one :class:`~qaccel.sim.jobs.Job`, with cycle counts.
+
+    ``y`` holds the received ``y`` beats as Python ints (as ``Job.y``). Cycles count from the
+    job's first cycle (its first table write): ``y_cycles`` of each ``y`` beat, ``x_cycles``
+    of each accepted ``x`` beat; ``cycles`` runs to the cycle ``busy`` was seen low.
+    """
+
+    label: str
+    y: list[int]
+    y_cycles: np.ndarray
+    x_cycles: np.ndarray
+    cycles: int
+
+    @property
+    def beats(self) -> int:
+        """Number of ``y`` beats received."""
+        return len(self.y)
+
+    @property
+    def first_cycle(self) -> int | None:
+        """Cycle of the first ``y`` beat (None without beats)."""
+        return int(self.y_cycles[0]) if len(self.y_cycles) else None
+
+    @property
+    def last_cycle(self) -> int | None:
+        """Cycle of the last ``y`` beat (None without beats)."""
+        return int(self.y_cycles[-1]) if len(self.y_cycles) else None
+
+    @property
+    def latency(self) -> int | None:
+        """Cycles from the first ``x`` transfer to the first ``y`` transfer."""
+        if not len(self.y_cycles) or not len(self.x_cycles):
+            return None
+        return int(self.y_cycles[0] - self.x_cycles[0])
+
+    @property
+    def beats_per_cycle(self) -> float:
+        """``y`` beats over the span from the first to the last, inclusive (0 if none)."""
+        if not len(self.y_cycles):
+            return 0.0
+        return self.beats / (self.last_cycle - self.first_cycle + 1)
+
+    @property
+    def x_beats_per_cycle(self) -> float:
+        """Accepted ``x`` beats over their span, inclusive (0 if none)."""
+        if not len(self.x_cycles):
+            return 0.0
+        return len(self.x_cycles) / int(self.x_cycles[-1] - self.x_cycles[0] + 1)
+
+
+_SIMS: dict[tuple, StreamSim] = {}
+
+
+def elementwise_sim(unit: Elementwise, *, name: str | None = None) -> StreamSim:
+    """Return the :class:`StreamSim` of ``unit``, built (or reused from disk) once per process
+    for each unit class and configuration, which determine the hardware. ``name`` (the Verilog
+    module name) None takes the cached simulator whatever its name."""
+    if not isinstance(unit, Elementwise):
+        raise TypeError(f"unit must be a Quantize or Dequantize unit, not {unit!r}")
+    key = (type(unit), unit.config)
+    sim = _SIMS.get(key)
+    if sim is None or (name is not None and sim.name != name):
+        sim = _SIMS[key] = StreamSim(unit, name=name, design_key=design_key(unit))
+    return sim
+
+
+def _job_segment(job: Job, fields: list[tuple[str, int, int]]) -> Segment:
+    table = []
+    for entry in job.table:
+        word = 0
+        for (name, offset, width), value in zip(fields, entry, strict=True):
+            if not 0 <= value < 1 << width:
+                raise ValueError(f"job {job.label!r}: table {name} {value:#x} does not fit "
+                                 f"{width} bits")
+            word |= value << offset
+        table.append(word)
+    return Segment(inputs={"table": table, "x": job.x}, static={"regs": job.regs},
+                   phases=[["table"], ["start"], ["x"]])
+
+
+def _ints(words: np.ndarray) -> list[int]:
+    """Return ``(n, words)`` uint64 payloads as Python ints."""
+    if words.shape[1] == 1:
+        return words[:, 0].tolist()
+    return [int.from_bytes(row.tobytes(), "little") for row in words]
+
+
+def run_elementwise_fast(unit: Elementwise, jobs: Sequence[Job], *, idle: float = 0.0,
+                         backpressure: float = 0.0, seed: int = 1, name: str | None = None,
+                         watchdog: int = WATCHDOG) -> list[JobResult]:
+    """Run ``jobs`` on a Quantize or Dequantize ``unit`` in one Verilator process; return what
+    the RTL produced for each (nothing is compared: see :func:`check_jobs`).
+
+    Each job is a :class:`~qaccel.sim.streamsim.Segment`: the table writes on ``table``, then
+    a ``start`` pulse, then the ``x`` beats, with ``regs`` held throughout and ``y`` received;
+    it ends when every ``x`` beat was accepted and ``busy`` is low (plus
+    :data:`~qaccel.sim.streamsim.DRAIN` cycles), and the next job begins. ``idle`` /
+    ``backpressure`` pause ``table`` and ``x`` / ``y``. The simulator is cached per unit class
+    and configuration (:func:`elementwise_sim`; its ``last_run`` has the timing).
+
+    Raises :exc:`~qaccel.sim.streamsim.StreamStallError` (a hang: the message names the stream
+    and its valid/ready), :exc:`~qaccel.sim.streamsim.StreamProtocolError` (``y`` broke the
+    stream rules), and :exc:`ValueError` / :exc:`TypeError` for bad arguments.
+    """
+    sim = elementwise_sim(unit, name=name)
+    if isinstance(jobs, Job) or not isinstance(jobs, Sequence):
+        raise TypeError(f"jobs must be a sequence of Job, not {jobs!r}")
+    if not jobs:
+        raise ValueError("jobs must hold at least one Job")
+    fields = table_fields(unit)
+    segments = []
+    for k, job in enumerate(jobs):
+        if not isinstance(job, Job):
+            raise TypeError(f"jobs[{k}] must be a Job, not {job!r}")
+        segments.append(_job_segment(job, fields))
+    results = sim.run_segments(segments, idle=idle, backpressure=backpressure, seed=seed,
+                               until_idle="busy", watchdog=watchdog)
+    out = []
+    for job, r in zip(jobs, results, strict=True):
+        beats = r.outputs["y"]        # (n, words) uint64 for payloads above 64 bits, else 1-D
+        words = beats if beats.ndim == 2 else beats.astype(np.uint64)[:, None]
+        out.append(JobResult(job.label, _ints(words), r.output_cycles["y"], r.accepted["x"],
+                             r.cycles))
+    return out
+
+
+def check_jobs(jobs: Sequence[Job], results: Sequence[JobResult]) -> None:
+    """Compare each job's received ``y`` beats with its expected ones (the last beat through
+    ``Job.ymask``); raise :exc:`AssertionError` naming the first wrong job and beat."""
+    if len(jobs) != len(results):
+        raise AssertionError(f"{len(results)} results for {len(jobs)} jobs")
+    for k, (job, res) in enumerate(zip(jobs, results, strict=True)):
+        what = f"job {k} ({job.label!r})"
+        got, want = res.y, job.y
+        if len(got) != len(want):
+            raise AssertionError(f"{what}: {len(got)} y beats received, {len(want)} expected")
+        if not want:
+            continue
+        n = len(want)
+        if got[:-1] != want[:-1] or (got[-1] ^ want[-1]) & job.ymask:
+            for b in range(n):
+                mask = job.ymask if b == n - 1 else -1
+                diff = (got[b] ^ want[b]) & mask
+                if diff:
+                    raise AssertionError(
+                        f"{what}: y beat {b} of {n} is {got[b] & mask:#x}, expected "
+                        f"{want[b] & mask:#x} (bits {diff:#x} differ; cycle "
+                        f"{int(res.y_cycles[b])})")

@@ -9,10 +9,10 @@ per Verilog text and runs NumPy arrays through it::
 
 The build lives in ``<build root>/<name>-vectors-<hash>/`` (the build root of
 :mod:`qaccel.sim.runner`), keyed by a hash of the Verilog text, the build options, the C++
-template and the Verilator version; a finished build is reused without compiling, and
-concurrent processes share one build through a file lock. Verilator's C++ build goes through
-ccache when it is installed, so a new Verilog text costs a few seconds once the Verilator
-runtime is in the cache.
+template (``sim/cpp/vector_loop.cpp``, read by :func:`cpp_template`) and the Verilator
+version; a finished build is reused without compiling, and concurrent processes share one
+build through a file lock. Verilator's C++ build goes through ccache when it is installed, so
+a new Verilog text costs a few seconds once the Verilator runtime is in the cache.
 
 Contract of the loop (one vector per clock, no handshake):
 
@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import enum as py_enum
 import importlib.metadata
+import importlib.resources
 import json
 import os
 import re
@@ -81,13 +82,19 @@ from qaccel.sim.runner import (
 from qaccel.sim.tbconfig import write_atomic
 
 __all__ = [
+    "CLOCK",
+    "EXE",
     "MAX_WIDTH",
+    "RESET",
     "ComponentBank",
     "RESET_CYCLES",
     "Port",
     "RunStats",
     "VectorSim",
+    "as_column",
+    "cpp_template",
     "join_fields",
+    "loop_ports",
     "run_vectors",
     "split_fields",
 ]
@@ -106,11 +113,18 @@ MAKE_ARGS = ("OPT_FAST=-O1", "OPT_SLOW=-O1", "OPT_GLOBAL=-O1")
 #: Parallel C++ compile jobs.
 BUILD_JOBS = 2
 
-#: Bump when :func:`_cxx_main` changes the generated loop, so stale builds are not reused.
+#: Bump when :func:`_cxx_main` changes the generated loop, so stale builds are not reused
+#: (the template text is part of the build key already).
 _LOOP_VERSION = 1
-_CLOCK, _RESET = "clk", "rst"
+#: Clock input of a design with a ``sync`` domain, driven by the loops (never a vector).
+CLOCK = "clk"
+#: Reset input of a design with a ``sync`` domain, driven by the loops (never a vector).
+RESET = "rst"
+#: File name of the compiled loop in ``<build dir>/obj_dir/``.
+EXE = "vectors"
+#: Start of the line that ends the notes at the top of a C++ template in ``sim/cpp/``.
+_NOTES_END = "// ---- end of template notes"
 _STAMP = "vectors.json"
-_EXE = "vectors"
 _HEADER_PORT = re.compile(
     r"VL_(IN|OUT|INOUT)(8|16|64|W)?\(&(\w+),(\d+),(\d+)(?:,(\d+))?\);")
 
@@ -184,9 +198,10 @@ def _parse_header(text: str) -> list[Port]:
     return ports
 
 
-def _loop_ports(ports: Iterable[Port]) -> tuple[list[Port], list[Port]]:
-    """Return the (inputs, outputs) the loop streams, in the order of its offset lists."""
-    ins = [p for p in ports if p.direction == "input" and p.name not in (_CLOCK, _RESET)
+def loop_ports(ports: Iterable[Port]) -> tuple[list[Port], list[Port]]:
+    """Return the (inputs, outputs) a loop drives and samples (not ``clk``/``rst``, none wider
+    than :data:`MAX_WIDTH`), in the order of its offset lists."""
+    ins = [p for p in ports if p.direction == "input" and p.name not in (CLOCK, RESET)
            and p.width <= MAX_WIDTH]
     outs = [p for p in ports if p.direction == "output" and p.width <= MAX_WIDTH]
     return ins, outs
@@ -194,7 +209,7 @@ def _loop_ports(ports: Iterable[Port]) -> tuple[list[Port], list[Port]]:
 
 def _cxx_main(ports: Sequence[Port]) -> str:
     """Return the C++ loop for ``ports`` (the model class is ``Vdut``)."""
-    ins, outs = _loop_ports(ports)
+    ins, outs = loop_ports(ports)
     names = {p.name for p in ports if p.direction == "input"}
     ctype = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
     decl, zero, assign, capture = [], [], [], []
@@ -218,8 +233,8 @@ def _cxx_main(ports: Sequence[Port]) -> str:
                            f"top->{p.cname}.data(), {-(-p.width // 32) * 4});")
         else:
             capture.append(f"            if (out{k}) out{k}[j] = top->{p.cname};")
-    clk = _CLOCK in names
-    rst = _RESET in names
+    clk = CLOCK in names
+    rst = RESET in names
     return _CXX_TEMPLATE.format(
         n_in=len(ins), n_out=len(outs),
         in_bytes=", ".join(str(p.itemsize) for p in ins) or "0",
@@ -228,120 +243,25 @@ def _cxx_main(ports: Sequence[Port]) -> str:
         zero="\n".join(zero),
         assign="\n".join(assign) or "            // no inputs",
         capture="\n".join(capture) or "            // no outputs",
-        clk0=f"top->{_CLOCK} = 0;" if clk else "",
-        clk1=f"top->{_CLOCK} = 1; top->eval();" if clk else "",
-        rst1=f"top->{_RESET} = 1;" if rst else "",
-        rst0=f"top->{_RESET} = 0;" if rst else "",
+        clk0=f"top->{CLOCK} = 0;" if clk else "",
+        clk1=f"top->{CLOCK} = 1; top->eval();" if clk else "",
+        rst1=f"top->{RESET} = 1;" if rst else "",
+        rst0=f"top->{RESET} = 0;" if rst else "",
     )
 
 
-_CXX_TEMPLATE = r"""// Generated by qaccel.sim.vectors: a vector per clock through Vdut.
-// usage: vectors IN OUT N LATENCY RESET_CYCLES IN_OFFSETS OUT_OFFSETS OUT_SIZE
-// IN/OUT hold one column per port at the given byte offsets (-1: port not used).
-#include "Vdut.h"
-#include "verilated.h"
+def cpp_template(name: str) -> str:
+    """Return the C++ loop template ``sim/cpp/<name>`` (package data of ``qaccel.sim``)
+    without its notes (the lines down to the one starting ``// ---- end of template notes``):
+    the text that is filled in and hashed into the build key."""
+    text = (importlib.resources.files(__package__) / "cpp" / name).read_text(encoding="utf-8")
+    _, marker, body = text.partition(_NOTES_END)
+    if not marker:
+        raise RuntimeError(f"the C++ template {name} has no line {_NOTES_END!r}")
+    return body.partition("\n")[2]
 
-#include <cerrno>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-static const int N_IN = {n_in};
-static const int N_OUT = {n_out};
-// Bytes per vector of each input and output column.
-static const unsigned long long IN_BYTES[N_IN + 1] = {{{in_bytes}}};
-static const unsigned long long OUT_BYTES[N_OUT + 1] = {{{out_bytes}}};
-
-[[noreturn]] static void fail(const char* what, const char* arg) {{
-    std::fprintf(stderr, "vectors: %s %s: %s\n", what, arg, errno ? std::strerror(errno) : "");
-    std::exit(2);
-}}
-
-static void parse_offsets(const char* text, long long* out, int n) {{
-    const char* s = text;
-    for (int k = 0; k < n; ++k) {{
-        char* end;
-        errno = 0;
-        out[k] = std::strtoll(s, &end, 10);
-        if (end == s || (k + 1 < n && *end != ',')) fail("bad offset list", text);
-        s = end + 1;
-    }}
-}}
-
-int main(int argc, char** argv) {{
-    if (argc != 9) fail("expected 8 arguments, usage in", __FILE__);
-    const unsigned long long n = std::strtoull(argv[3], nullptr, 10);
-    const unsigned long long lat = std::strtoull(argv[4], nullptr, 10);
-    const unsigned long long reset_cycles = std::strtoull(argv[5], nullptr, 10);
-    long long in_off[N_IN + 1], out_off[N_OUT + 1];
-    parse_offsets(argv[6], in_off, N_IN);
-    parse_offsets(argv[7], out_off, N_OUT);
-    const unsigned long long out_size = std::strtoull(argv[8], nullptr, 10);
-
-    const uint8_t* in_base = nullptr;
-    struct stat st;
-    int fd = open(argv[1], O_RDONLY);
-    if (fd < 0 || fstat(fd, &st) != 0) fail("cannot open", argv[1]);
-    if (st.st_size > 0) {{
-        void* p = mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-        if (p == MAP_FAILED) fail("cannot map", argv[1]);
-        in_base = static_cast<const uint8_t*>(p);
-    }}
-    uint8_t* out_base = nullptr;
-    int ofd = open(argv[2], O_RDWR | O_CREAT | O_TRUNC, 0644);
-    if (ofd < 0 || ftruncate(ofd, out_size) != 0) fail("cannot create", argv[2]);
-    if (out_size > 0) {{
-        void* p = mmap(nullptr, out_size, PROT_READ | PROT_WRITE, MAP_SHARED, ofd, 0);
-        if (p == MAP_FAILED) fail("cannot map", argv[2]);
-        out_base = static_cast<uint8_t*>(p);
-    }}
-
-    for (int k = 0; k < N_IN; ++k)
-        if (in_off[k] >= 0 && in_off[k] + n * IN_BYTES[k] > (unsigned long long)st.st_size)
-            fail("input file too short for its offsets", argv[1]);
-    for (int k = 0; k < N_OUT; ++k)
-        if (out_off[k] >= 0 && out_off[k] + n * OUT_BYTES[k] > out_size)
-            fail("output size too small for its offsets", argv[2]);
-
-{decl}
-
-    const std::unique_ptr<VerilatedContext> context{{new VerilatedContext}};
-    const std::unique_ptr<Vdut> top{{new Vdut{{context.get(), "dut"}}}};
-{zero}
-    {clk0}
-    {rst1}
-    top->eval();
-    for (unsigned long long r = 0; r < reset_cycles; ++r) {{
-        {clk1}
-        {clk0}
-        top->eval();
-    }}
-    {rst0}
-    for (unsigned long long t = 0; t < n + lat; ++t) {{
-        if (t < n) {{
-{assign}
-        }}
-        {clk0}
-        top->eval();
-        if (t >= lat) {{
-            const unsigned long long j = t - lat;
-{capture}
-        }}
-        {clk1}
-    }}
-    top->final();
-    if (out_base && munmap(out_base, out_size) != 0) fail("cannot write", argv[2]);
-    close(ofd);
-    close(fd);
-    return 0;
-}}
-"""
+_CXX_TEMPLATE = cpp_template("vector_loop.cpp")
 
 
 def _verilator_version() -> str:
@@ -351,8 +271,9 @@ def _verilator_version() -> str:
         return "unknown"
 
 
-def _as_column(port: Port, value, n: int | None) -> np.ndarray:
-    """Return ``value`` as the file column of ``port`` (checked, masked, broadcast to ``n``)."""
+def as_column(port: Port, value, n: int | None) -> np.ndarray:
+    """Return ``value`` as the file column of input ``port`` (checked, masked, broadcast to
+    ``n``); :exc:`ValueError` / :exc:`TypeError` name the port if it does not fit."""
     what = f"input {port.name!r} ({port.width} bits)"
     if isinstance(value, (int, np.integer, np.bool_)):
         v = int(value)
@@ -437,7 +358,7 @@ class VectorSim:
             "verilator_args": VERILATOR_ARGS,
             "make_args": MAKE_ARGS,
             "template": self._loop_template,
-            "loop_version": _LOOP_VERSION,
+            "loop_version": self._loop_version,
             "max_width": MAX_WIDTH,
             "verilator": _verilator_version(),
         }
@@ -474,14 +395,17 @@ class VectorSim:
             return self._reuse()
 
     # -- build ---------------------------------------------------------------------------------
-    # Subclasses with another C++ loop (qaccel.sim.streamsim.StreamSim) override these four.
+    # Subclasses with another C++ loop (qaccel.sim.streamsim.StreamSim) override these five.
 
     #: Build directory kind: ``<build root>/<name>-<kind>-<hash>``.
     _kind = "vectors"
     #: C++ source file name of the loop.
     _loop_file = "vectors_main.cpp"
-    #: The loop's template text (part of the build key).
+    #: The loop's template text (``sim/cpp/vector_loop.cpp`` without its notes; part of the
+    #: build key, so an edited template is never served by a stale build).
     _loop_template = _CXX_TEMPLATE
+    #: Version of the Python that fills the template (part of the build key).
+    _loop_version = _LOOP_VERSION
 
     def _loop_source(self, ports: Sequence[Port]) -> str:
         """Return the C++ loop for ``ports``."""
@@ -489,7 +413,7 @@ class VectorSim:
 
     def _reuse(self) -> bool:
         stamp = self._dir / _STAMP
-        if not (stamp.is_file() and (self._dir / "obj_dir" / _EXE).is_file()):
+        if not (stamp.is_file() and (self._dir / "obj_dir" / EXE).is_file()):
             return False
         try:
             info = json.loads(stamp.read_text())
@@ -537,13 +461,13 @@ class VectorSim:
                     raise BuildError(f"no ports found in {self._dir / 'obj_dir' / 'Vdut.h'} "
                                      "(has Verilator's header format changed?)")
                 self._ports = {p.name: p for p in ports}
-                self._loop_in, self._loop_out = _loop_ports(ports)
+                self._loop_in, self._loop_out = loop_ports(ports)
                 (self._dir / self._loop_file).write_text(self._loop_source(ports))
                 make = [a for arg in MAKE_ARGS for a in ("-MAKEFLAGS", arg)]
-                self._verilate(["--exe", "--build", "-j", str(BUILD_JOBS), "-o", _EXE, *make,
+                self._verilate(["--exe", "--build", "-j", str(BUILD_JOBS), "-o", EXE, *make,
                                 self._loop_file], log)
-            if not (self._dir / "obj_dir" / _EXE).is_file():
-                raise BuildError(f"the Verilator build in {self._dir} produced no {_EXE}"
+            if not (self._dir / "obj_dir" / EXE).is_file():
+                raise BuildError(f"the Verilator build in {self._dir} produced no {EXE}"
                                  f"{log_tail(self._dir / 'build.log')}")
             stamp.write_text(json.dumps(
                 {"key": self._key, "ports": [asdict(p) for p in ports],
@@ -591,7 +515,7 @@ class VectorSim:
     @property
     def has_clock(self) -> bool:
         """Whether the design has a ``clk`` input (a ``sync`` domain)."""
-        return _CLOCK in self._ports
+        return CLOCK in self._ports
 
     def _port(self, name, direction: str) -> Port:
         if not isinstance(name, str):
@@ -600,13 +524,13 @@ class VectorSim:
         if port is None or port.direction != direction:
             if direction == "input":
                 choices = [p for p in self._ports.values() if p.direction == "input"
-                           and p.name not in (_CLOCK, _RESET)]
+                           and p.name not in (CLOCK, RESET)]
             else:
                 choices = [p for p in self._ports.values() if p.direction == "output"]
             listed = ", ".join(f"{p.name} ({p.width} bits)" for p in choices) or "none"
             raise ValueError(f"{self._name} has no {direction} port {name!r}; its "
                              f"{direction}s are: {listed}")
-        if direction == "input" and name in (_CLOCK, _RESET):
+        if direction == "input" and name in (CLOCK, RESET):
             raise ValueError(f"input port {name!r} is driven by the vector loop, not by vectors")
         if port.width > MAX_WIDTH or port not in (self._loop_in + self._loop_out):
             raise ValueError(f"{direction} port {name!r} is {port.width} bits wide; the "
@@ -651,7 +575,7 @@ class VectorSim:
         if not lengths:
             raise ValueError("at least one input must be an array (it sets the vector count)")
         n = next(iter(lengths.values()))
-        columns = {name: _as_column(in_ports[name], v, n) for name, v in inputs.items()}
+        columns = {name: as_column(in_ports[name], v, n) for name, v in inputs.items()}
 
         run_dir = self._dir / "runs" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         run_dir.mkdir(parents=True)
@@ -679,7 +603,7 @@ class VectorSim:
                     offset += n * p.itemsize
                 else:
                     offsets.append(-1)
-            cmd = [str(self._dir / "obj_dir" / _EXE), str(in_path), str(out_path), str(n),
+            cmd = [str(self._dir / "obj_dir" / EXE), str(in_path), str(out_path), str(n),
                    str(latency), str(reset_cycles), ",".join(map(str, in_off)) or "-1",
                    ",".join(map(str, offsets)) or "-1", str(offset)]
             sim_start = time.perf_counter()

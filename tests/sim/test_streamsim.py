@@ -18,19 +18,16 @@ from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import AccelConfig
 from qaccel.rtl.quantize import Quantize
-from qaccel.sim.jobs import quantize_job
-from qaccel.sim.matrix import quantize_matrix, random_float, random_scale
-from qaccel.sim.runner import missing_simulator
-from qaccel.sim.streamsim import (
+from qaccel.sim.elementwise_sim import (
     JobResult,
-    Segment,
-    StreamProtocolError,
-    StreamSim,
-    StreamStallError,
     check_jobs,
     elementwise_sim,
     run_elementwise_fast,
 )
+from qaccel.sim.jobs import quantize_job
+from qaccel.sim.matrix import quantize_matrix, random_float, random_scale
+from qaccel.sim.runner import missing_simulator
+from qaccel.sim.streamsim import Segment, StreamProtocolError, StreamSim, StreamStallError
 
 pytestmark = [
     pytest.mark.sim,
