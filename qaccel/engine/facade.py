@@ -1,48 +1,35 @@
-"""The RTL as an engine: the golden model's API, answered by simulating the generated Verilog.
-
->>> import numpy as np, qaccel
->>> rtl = qaccel.RTL()                                     # default AccelConfig, Verilator
->>> y = rtl.quantize_linear(np.float32([1.5, -2.5]), np.float32(1.0), np.int8(0))
->>> y, rtl.last_run.cycles                                 # doctest: +SKIP
-(array([ 2, -2], dtype=int8), 80)
-
-:class:`RTL` has the methods and signatures of :func:`qaccel.quantize_linear`,
-:func:`qaccel.dequantize_linear`, :func:`qaccel.dml_quantize_linear` and
-:func:`qaccel.matmul_nbits` (on the MatMulNBits engine v2, see :meth:`RTL.matmul_nbits`). A
-Q / DQ call is validated by the golden model (same exceptions, same output dtype and shape),
-turned into jobs for the Quantize or Dequantize unit (:mod:`qaccel.sim.jobs`), simulated, and
-the output array is decoded from the ``y`` beats the simulated unit produced. The record of the
-last call is :attr:`RTL.last_run` (:class:`RunRecord`).
-
-A layout needing more scales than the unit's table holds (``config.table_depth``) is split
-into boxes of ``x`` whose scales fit: along the outermost dimensions first, and along an
-inner axis (in whole blocks) only when one slice of the outer dimensions needs too many.
-"""
+"""The :class:`RTL` engine: the golden model's API answered by simulating the generated
+Verilog. A call is validated (the model's checks: same exceptions, output type and shape),
+tiled into unit jobs (:mod:`.tiling`), turned into register and stream beats
+(:mod:`qaccel.sim.jobs`), simulated on the unit's build (:mod:`.builds`), and decoded; the
+golden model runs only with ``check=True``, once per call, to compare."""
 
 from __future__ import annotations
 
-import importlib
-import itertools
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["HARNESSES", "RTL", "RTLMismatchError", "RunRecord", "example_call"]
+from .builds import (
+    UNIT_OF,
+    elementwise_unit,
+    nbits_engine,
+    nbits_stream_sim,
+    stream_harness,
+    unit_stream_sim,
+)
+from .tiling import broadcast_box, onnx_scale_box, plan, sub
+
+__all__ = ["HARNESSES", "RTL", "RTLMismatchError", "RunRecord"]
 
 #: How jobs reach the simulator: ``"auto"`` (the C++ stream harness on Verilator when it is
 #: available, else cocotb), ``"cocotb"`` or ``"stream"`` (the C++ harness, Verilator only).
 HARNESSES = ("auto", "cocotb", "stream")
 _SIMULATORS = ("verilator", "icarus")
-_UNIT_OF = {"quantize": "quantize", "dml": "quantize", "dequantize": "dequantize"}
 #: With a progress report, the stream harness runs jobs in batches of at least this many beats.
 STREAM_BATCH_BEATS = 1 << 18
-#: Units by (kind, AccelConfig), shared by the RTL instances of one configuration.
-_UNITS: dict = {}
-#: Stream harness builds by ``id(unit)`` (units in :data:`_UNITS` live as long as the process).
-_STREAM_SIMS: dict = {}
 
 
 class RTLMismatchError(AssertionError):
@@ -193,7 +180,6 @@ class RTL:
         self.seed = check_int("seed", seed, 0, (1 << 64) - 1)
         self.progress = progress
         self.last_run: RunRecord | None = None
-        self._units: dict = {}
 
     def __repr__(self) -> str:
         return (f"RTL(lanes={self.config.lanes}, table_depth={self.config.table_depth}, "
@@ -226,11 +212,11 @@ class RTL:
         label = f"Q {dtype_name(x.dtype)} -> {dtype_name(call.out_dtype)}"
 
         def job(box):
-            s_box = self._onnx_scale_box(layout, box, axis, block_size)
-            return quantize_job(unit, _sub(x, box), _sub(y_scale, s_box), _sub(zp, s_box),
+            s_box = onnx_scale_box(layout, box, axis, block_size)
+            return quantize_job(unit, sub(x, box), sub(y_scale, s_box), sub(zp, s_box),
                                 **kw, label=f"{label} {box}", expect=False)
 
-        jobs, boxes = self._plan(layout, job)
+        jobs, boxes = plan(layout, self.config, job)
         out = self._execute("quantize", unit, jobs, boxes, call, t0)
         if self.check:
             _compare(out, quantize_linear(x, y_scale, call.zero_point, **kw), "quantize")
@@ -259,11 +245,11 @@ class RTL:
         label = f"DQ {dtype_name(x.dtype)} -> {dtype_name(call.out_dtype)}"
 
         def job(box):
-            s_box = self._onnx_scale_box(layout, box, axis, block_size)
-            return dequantize_job(unit, _sub(x, box), _sub(x_scale, s_box), _sub(zp, s_box),
+            s_box = onnx_scale_box(layout, box, axis, block_size)
+            return dequantize_job(unit, sub(x, box), sub(x_scale, s_box), sub(zp, s_box),
                                   **kw, label=f"{label} {box}", expect=False)
 
-        jobs, boxes = self._plan(layout, job)
+        jobs, boxes = plan(layout, self.config, job)
         out = self._execute("dequantize", unit, jobs, boxes, call, t0)
         if self.check:
             _compare(out, dequantize_linear(x, x_scale, call.zero_point, **kw), "dequantize")
@@ -290,11 +276,11 @@ class RTL:
         label = f"DML {dtype_name(x.dtype)} -> {dtype_name(call.out_dtype)}"
 
         def job(box):
-            return dml_job(unit, _sub(x, box), _sub(scale, _broadcast_box(scale.shape, box)),
-                           None if zp is None else _sub(zp, _broadcast_box(zp.shape, box)),
+            return dml_job(unit, sub(x, box), sub(scale, broadcast_box(scale.shape, box)),
+                           None if zp is None else sub(zp, broadcast_box(zp.shape, box)),
                            output_dtype=output_dtype, label=f"{label} {box}", expect=False)
 
-        jobs, boxes = self._plan(layout, job)
+        jobs, boxes = plan(layout, self.config, job)
         out = self._execute("dml", unit, jobs, boxes, call, t0)
         if self.check:
             _compare(out, dml_quantize_linear(x, scale, zp, output_dtype=output_dtype), "dml")
@@ -365,7 +351,7 @@ class RTL:
                              f"(config.nbits {self.config.nbits})")
         # the engine's model only runs for the check
         job = nbits_job_v2(*args, **kwargs, config=self.config, expect=self.check)
-        engine = self._nbits_engine()
+        engine = nbits_engine(self.config)
         harness = self._harness()
         if harness == "stream":
             beats, cycles, latency, built = self._run_nbits_v2_stream(engine, job)
@@ -392,35 +378,10 @@ class RTL:
                     f"{int(got[k]):#010x}, model {int(job.y[k]):#010x}")
         return out
 
-    def _nbits_engine(self):
-        """The configuration's v2 MatMulNBits engine, created on first use and shared by the
-        RTL instances of that configuration (so are its builds)."""
-        key = ("matmul_nbits_v2", self.config)
-        engine = _UNITS.get(key)
-        if engine is None:
-            from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2
-
-            engine = _UNITS[key] = MatMulNBitsV2(self.config)
-        return engine
-
-    @staticmethod
-    def _nbits_stream_sim(engine):
-        """The engine's StreamSim, built (or found) on first use; returns (sim, built)."""
-        from qaccel.sim.elementwise_sim import design_key
-        from qaccel.sim.nbits_sim import NBITS_NAME
-        from qaccel.sim.streamsim import StreamSim
-
-        sim = _STREAM_SIMS.get(id(engine))
-        if sim is not None:
-            return sim, False
-        sim = _STREAM_SIMS[id(engine)] = StreamSim(engine, name=NBITS_NAME,
-                                                   design_key=design_key(engine))
-        return sim, sim.built
-
     def _run_nbits_v2_stream(self, engine, job):
         from qaccel.sim.streamsim import Segment
 
-        sim, built = self._nbits_stream_sim(engine)
+        sim, built = nbits_stream_sim(engine)
         r, c = job.regs, self.config
         # Stall timeout: an input may wait for a whole row tile (the next tile's rows wait
         # for every column group): its load, its blocks at their slowest bound (MAC steps,
@@ -458,84 +419,8 @@ class RTL:
                              f"(config.{field} = {carried})")
 
     def _unit(self, op: str):
-        """The unit of ``op``, created on first use; instances of one configuration share it
-        (and so its builds, which the simulation layers cache per unit object)."""
-        kind = _UNIT_OF[op]
-        unit = self._units.get(kind)
-        if unit is None:
-            unit = _UNITS.get((kind, self.config))
-            if unit is None:
-                if kind == "quantize":
-                    from qaccel.rtl.quantize import Quantize as cls
-                else:
-                    from qaccel.rtl.dequantize import Dequantize as cls
-                unit = _UNITS[kind, self.config] = cls(self.config)
-            self._units[kind] = unit
-        return unit
-
-    def _plan(self, layout, job) -> tuple[list, list]:
-        """Return the jobs (``job(box)`` for each box of ``x``, see :meth:`_boxes`) and the
-        boxes. When a box's index registers do not fit ``config.size_width``, the boxes are
-        made again with the inner dimensions bounded; ValueError naming the shape of ``x``
-        if the unit still cannot take them."""
-        boxes = self._boxes(layout)
-        try:
-            return [job(b) for b in boxes], boxes
-        except ValueError as e:
-            if "size_width" not in str(e):
-                raise
-        boxes = self._boxes(layout, inner_limit=(1 << self.config.size_width) - 1)
-        try:
-            return [job(b) for b in boxes], boxes
-        except ValueError as e:
-            raise ValueError(f"x of shape {layout.x_shape} ({layout.kind} scales) does not fit "
-                             f"this RTL configuration: {e}") from e
-
-    def _boxes(self, layout, inner_limit: int | None = None) -> list[tuple[slice, ...]]:
-        """Split ``x`` into boxes whose scales fit the table and whose element counts fit
-        the counter: whole dimensions from the innermost out while they fit, then the largest
-        chunk of the next one (in whole blocks), then as much of the outer ones as still fits
-        (all of those that use no scales). With ``inner_limit``, the dimensions inside a box's
-        outermost one hold at most that many elements (the index generator's ``size_width``)."""
-        c = self.config
-        shape = layout.x_shape
-        if not shape:
-            return [()]
-        budget, max_count = c.table_depth, (1 << c.count_width) - 1
-        chunks = [1] * len(shape)
-        scales = count = 1
-        outermost = False               # (inner_limit) the last dimension is the box's outermost
-        for d in reversed(range(len(shape))):
-            if outermost:
-                break
-            n, b, used = shape[d], layout.blocks[d], layout.strides[d] != 0
-            chunk = min(n, (budget // scales) * b) if used else n
-            chunk = max(1, min(chunk, max_count // count))
-            if used and b < chunk < n:
-                chunk -= chunk % b
-            if used and chunk < min(b, n):
-                raise ValueError(f"x of shape {shape}: one block of {b} elements along "
-                                 f"dimension {d} exceeds the unit's element counter "
-                                 f"(config.count_width = {c.count_width})")
-            chunks[d] = chunk
-            outermost = inner_limit is not None and count * chunk > inner_limit
-            scales *= -(-chunk // b) if used else 1
-            count *= chunk
-        starts = [range(0, n, k) for n, k in zip(shape, chunks, strict=True)]
-        return [tuple(slice(a, min(a + k, n)) for a, k, n in zip(s, chunks, shape, strict=True))
-                for s in itertools.product(*starts)]
-
-    @staticmethod
-    def _onnx_scale_box(layout, box, axis: int, block_size: int) -> tuple[slice, ...]:
-        """The slice of an ONNX Q/DQ scale (and zero point) that the ``x`` box uses."""
-        if layout.kind == "per-tensor":
-            return ()
-        ax = axis % len(layout.x_shape)
-        if layout.kind == "per-axis":
-            return (box[ax],)
-        s = box[ax]
-        return tuple(slice(s.start // block_size, -(-s.stop // block_size)) if d == ax else
-                     box[d] for d in range(len(box)))
+        """The unit that runs ``op`` (shared by every RTL of this configuration)."""
+        return elementwise_unit(op, self.config)
 
     def _empty(self, op: str, shape, dtype, t0: float) -> np.ndarray:
         """The output of a call without elements: nothing simulated."""
@@ -546,7 +431,7 @@ class RTL:
     def _harness(self) -> str:
         if self.harness != "auto":
             return self.harness
-        if self.simulator == "verilator" and _stream_harness() is not None:
+        if self.simulator == "verilator" and stream_harness() is not None:
             return "stream"
         return "cocotb"
 
@@ -558,7 +443,7 @@ class RTL:
         lanes = self.config.lanes
         width = lane_widths(unit)[1]
         harness = self._harness()
-        name = _UNIT_OF[op]
+        name = UNIT_OF[op]
         if harness == "stream":
             beats, cycles, load, latency, built = self._run_stream(unit, jobs, name)
         else:
@@ -593,15 +478,10 @@ class RTL:
                 cap.latency[0] if cap.latency else None, cap.built)
 
     def _run_stream(self, unit, jobs, name: str):
-        from qaccel.sim.elementwise_sim import elementwise_sim
-
-        run = _stream_harness()
+        run = stream_harness()
         if run is None:
             raise RuntimeError("the C++ stream harness (qaccel.sim.streamsim) is not available")
-        built = False
-        if id(unit) not in _STREAM_SIMS:       # the first run of this unit in the process
-            sim = _STREAM_SIMS[id(unit)] = elementwise_sim(unit, name=name)
-            built = sim.built
+        built = unit_stream_sim(unit, name)[1]
         # One harness process runs every job; with a progress report, batches of jobs.
         batches, size = [[]], 0
         for job in jobs:
@@ -624,18 +504,6 @@ class RTL:
         return ([r.y for r in results], sum(r.cycles for r in results),
                 sum(unit.load_cycles(len(j.table)) for j in jobs), min(lats) if lats else None,
                 built)
-
-
-def _sub(a: np.ndarray | None, box: tuple[slice, ...]) -> np.ndarray | None:
-    """``a[box]`` as an array (``a`` itself for the empty box, None for None)."""
-    if a is None or not box:
-        return a
-    return a[box]
-
-
-def _broadcast_box(shape, box) -> tuple[slice, ...]:
-    """The slice of a DirectML broadcast parameter that the ``x`` box uses."""
-    return tuple(slice(None) if n == 1 else s for n, s in zip(shape, box, strict=True))
 
 
 def _check_last(job, beats: list[int], data_width: int) -> None:
@@ -672,122 +540,3 @@ def _compare(out: np.ndarray, want: np.ndarray, op: str) -> None:
             f"{op}: the RTL differs from the golden model at {bad.size} of {want.size} "
             f"elements; first at index {tuple(int(i) for i in idx)}: RTL code {int(a[k]):#x} "
             f"({out.reshape(-1)[k]!r}), golden {int(b[k]):#x} ({want.reshape(-1)[k]!r})")
-
-
-# ---------------------------------------------------------------------------------------------
-# The C++ stream harness (qaccel.sim.streamsim), when present
-
-
-
-def _stream_harness():
-    """Return ``qaccel.sim.elementwise_sim.run_elementwise_fast`` or None if it is not there."""
-    try:
-        module = importlib.import_module("qaccel.sim.elementwise_sim")
-    except ImportError:
-        return None
-    return getattr(module, "run_elementwise_fast", None)
-
-
-# ---------------------------------------------------------------------------------------------
-# Example inputs (the CLI and the demo)
-
-
-def example_call(op: str, shape, *, dtype=None, scale_dtype=None, output_dtype=None,
-                 axis: int | None = None, block_size: int = 0, zero_point: bool = True,
-                 seed: int = 0) -> tuple[tuple, dict]:
-    """Return ``(args, kwargs)`` of a realistic ``op`` call on random data.
-
-    ``op`` is ``"quantize"``, ``"dequantize"`` or ``"dml"``; types are dtypes or qaccel's
-    type names (``"int4"``, ``"float8e4m3fn"``, ``"bfloat16"``, ...). Granularity:
-    per-tensor without ``axis``, per-axis with it, blocked with ``block_size`` too (DirectML:
-    the scale varies along ``axis``, size 1 elsewhere). Quantize scales come from the largest
-    magnitude their elements have (``amax / (range / 2)``), zero points are random and small;
-    dequantize inputs are random codes. Defaults: float32 data and scales, int8 output
-    (dequantize: int8 input, the scale's float type out; float32 for a float8e8m0 scale).
-    """
-    from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, dtype_name
-    from qaccel.model.indexing import broadcast_layout, scale_layout
-
-    if op not in _UNIT_OF:
-        raise ValueError(f"op must be one of {', '.join(_UNIT_OF)}, not {op!r}")
-    shape = tuple(int(n) for n in shape)
-    rng = np.random.default_rng(seed)
-    if axis is None and block_size:
-        raise ValueError("block_size needs an axis")
-    ax = None if axis is None else axis % len(shape)
-    if op == "dml":
-        s_shape = tuple(n if d == ax else 1 for d, n in enumerate(shape))
-    elif ax is None:
-        s_shape = ()
-    elif block_size:
-        s_shape = tuple(-(-n // block_size) if d == ax else n for d, n in enumerate(shape))
-    else:
-        s_shape = (shape[ax],)
-    layout = (broadcast_layout(shape, s_shape) if op == "dml" else
-              scale_layout(shape, s_shape, ax or 0, block_size))
-    idx = layout.indices().reshape(-1)
-    n_scales = max(1, math.prod(s_shape))
-    kwargs: dict = {}
-    if ax is not None and op != "dml":
-        kwargs = {"axis": ax, "block_size": block_size}
-
-    if op == "dequantize":
-        q = QTYPES[dtype_name(_dtype(dtype)) if dtype is not None else "int8"]
-        if q.is_int:
-            x = rng.integers(q.qmin, q.qmax, size=shape, endpoint=True).astype(q.dtype)
-            zp = None
-            if zero_point:
-                zp = (rng.integers(q.qmin, q.qmax, size=s_shape, endpoint=True) // 8)
-                zp = zp.astype(q.dtype)
-        else:
-            x = (rng.standard_normal(shape) * (q.qmax / 8)).astype(q.dtype)
-            zp = None
-        s_dt = _dtype(scale_dtype) if scale_dtype is not None else FLOAT_TYPES["float32"]
-        scale = (0.01 + 0.04 * rng.random(s_shape)).astype(s_dt)
-        if output_dtype is None and s_dt not in FLOAT_TYPES.values():
-            output_dtype = "float32"            # a float8e8m0 scale is not an output type
-        if output_dtype is not None:
-            kwargs["output_dtype"] = _dtype(output_dtype)
-        return (x, scale, zp), kwargs
-
-    x_dt = _dtype(dtype) if dtype is not None else np.dtype(np.float32)
-    if x_dt == np.int32:
-        x = rng.integers(-1000, 1000, size=shape, endpoint=True).astype(np.int32)
-    else:
-        x = rng.standard_normal(shape).astype(x_dt)
-    s_dt = (_dtype(scale_dtype) if scale_dtype is not None else
-            x_dt if op == "dml" and x_dt != np.int32 else np.dtype(np.float32))
-    out = QTYPES[dtype_name(_dtype(output_dtype)) if output_dtype is not None else "int8"]
-    amax = np.zeros(n_scales)
-    np.maximum.at(amax, idx, np.abs(x.astype(np.float64)).reshape(-1))
-    half = (out.qmax - out.qmin) / 2 if out.is_int else out.qmax
-    scale = np.where(amax > 0, amax / half, 1.0).reshape(s_shape)
-    if s_dt == np.int32:
-        scale = np.maximum(1, np.rint(scale))
-    scale = scale.astype(s_dt)
-    zp = None
-    if zero_point and out.is_int:
-        mid = 0 if out.signed else int(out.qmax + 1) // 2
-        spread = max(1, int(out.qmax - out.qmin) // 16)
-        zp = (mid + rng.integers(-spread, spread, size=s_shape, endpoint=True)).astype(out.dtype)
-    kwargs["output_dtype"] = out.dtype
-    return (x, scale, zp), kwargs
-
-
-def _dtype(value) -> np.dtype:
-    """A dtype from a dtype or a qaccel type name (``QTYPES`` / ``FLOAT_TYPES`` /
-    ``SCALE_TYPES`` keys)."""
-    from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, SCALE_TYPES
-
-    if isinstance(value, str):
-        if value in QTYPES:
-            return QTYPES[value].dtype
-        if value in FLOAT_TYPES:
-            return FLOAT_TYPES[value]
-        if value in SCALE_TYPES:
-            return SCALE_TYPES[value]
-    try:
-        return np.dtype(value)
-    except TypeError:
-        raise TypeError(f"not a type: {value!r} (give a dtype or one of "
-                        f"{', '.join([*QTYPES, *FLOAT_TYPES, *SCALE_TYPES])})") from None
