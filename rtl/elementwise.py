@@ -85,6 +85,8 @@ class Elementwise(wiring.Component):
     """
 
     lane_class: type = None
+    #: The part of the AccelConfig this unit is built from (its builds are keyed by it).
+    config_part = "elementwise"
 
     def __init__(self, config: AccelConfig | None = None, *, ecp5: bool = False):
         if config is None:

@@ -114,6 +114,9 @@ class MatMulNBitsV2(wiring.Component):
     gives a call's cycles.
     """
 
+    #: The part of the AccelConfig this engine is built from (its builds are keyed by it).
+    config_part = "matmul_nbits"
+
     def __init__(self, config: AccelConfig | None = None, *, ecp5: bool = False):
         config = AccelConfig() if config is None else config
         check_bool("ecp5", ecp5)

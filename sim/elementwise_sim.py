@@ -101,10 +101,13 @@ def _artefact(b: Build) -> Path:
 
 
 def design_key(unit: Elementwise) -> str:
-    """A hash of everything ``unit``'s Verilog depends on (its class, its configuration, the
-    rtl and model sources, the tool versions): builds are found by it without emitting."""
+    """A hash of everything ``unit``'s Verilog depends on (its class, its part of the
+    configuration (``unit.config_part``: a Quantize unit's build does not change with the
+    MatMulNBits engine's fields, nor the engine's with the elementwise ones), the rtl and model
+    sources, the tool versions): builds are found by it without emitting."""
     return digest({"unit": f"{type(unit).__module__}.{type(unit).__qualname__}",
-                   "config": unit.config.to_dict(), "sources": sources_digest()})
+                   "config": unit.config.to_dict(unit.config_part),
+                   "sources": sources_digest()})
 
 
 def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilator") -> Build:
