@@ -107,8 +107,9 @@ def _part_dict(part) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ElementwiseConfig:
-    """The QuantizeLinear, DequantizeLinear and DirectML units (:mod:`qaccel.rtl.quantize`,
-    :mod:`qaccel.rtl.dequantize`): what their builds carry.
+    """The QuantizeLinear, DequantizeLinear and DirectML units
+    (:mod:`qaccel.rtl.elementwise.quantize`,
+    :mod:`qaccel.rtl.elementwise.dequantize`): what their builds carry.
 
     Attributes
     ----------
@@ -217,7 +218,8 @@ class ElementwiseConfig:
 
 @dataclass(frozen=True)
 class MatMulNBitsConfig:
-    """The MatMulNBits engine (v2, :mod:`qaccel.rtl.matmul_nbits_v2`, docs/matmul_nbits_v2.md).
+    """The MatMulNBits engine (v2, :mod:`qaccel.rtl.nbits.matmul_nbits_v2`,
+    docs/matmul_nbits_v2.md).
 
     Attributes
     ----------
@@ -256,7 +258,7 @@ class MatMulNBitsConfig:
         cycles as one slice; ``pe`` and ``scale_lanes`` must be multiples of it.
 
     The engine's job registers ``k``, ``m`` and ``groups`` are 22 bits wide
-    (:data:`qaccel.rtl.nbits_cluster.COUNT_WIDTH`), whatever the elementwise units'
+    (:data:`qaccel.rtl.nbits.nbits_cluster.COUNT_WIDTH`), whatever the elementwise units'
     ``count_width``.  The defaults are the ``ecp5-25k`` engine (``pe`` 32, ``simd`` 1,
     ``m_tile`` 4, ``max_k`` 4096, ``dsp_pairs`` 12, no float path).
     """

@@ -2,7 +2,7 @@
 
 :func:`qaccel.model.nbits.matmul_nbits` fixes one order for every output (a float64 sum,
 rounded once), which is what a CPU can afford.  The engine
-(:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`, docs/matmul_nbits_v2.md) reduces each
+(:class:`~qaccel.rtl.nbits.matmul_nbits_v2.MatMulNBitsV2`, docs/matmul_nbits_v2.md) reduces each
 K-block in exact integers and adds float32 terms per (row, column, block) to an accumulator
 that starts at the bias, so its sums are rounded in a different, equally fixed, order.
 :func:`matmul_nbits_v2` reproduces that order, so that the testbenches can demand bit-exact

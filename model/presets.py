@@ -2,7 +2,7 @@
 
 Each preset is an :class:`~qaccel.model.config.AccelConfig`; :func:`preset` returns one by
 name. The figures they are sized for (LUT4, MULT18X18D, DP16KD, Fmax after place and route)
-are measured with the project's own flow (``qaccel.synth.synthesize``) and listed in
+are measured with the project's own flow (``qaccel.eda.synth.synthesize``) and listed in
 docs/matmul_nbits_v2.md.
 
 * ``ecp5-25k`` (LFE5U-25F: 24,288 LUT4, 28 MULT18X18D, 56 DP16KD), the default
@@ -15,7 +15,7 @@ docs/matmul_nbits_v2.md.
   zero points in block floating point: four int8 digit rows per row of A, so 32 of those
   MACs per cycle). Four clusters of 32 columns and two lanes each (the 25F's slice), each
   with 12 of its 16 MAC pairs on multipliers: its 24 MULT18X18D fill half a DSP row of the
-  part, where :func:`qaccel.floorplan.engine_floorplan` pins them (``qaccel synth`` does).
+  part, where :func:`qaccel.eda.floorplan.engine_floorplan` pins them (``qaccel synth`` does).
 * ``ecp5-85k-float``: the 25F's engine (32 MACs per cycle at 2..4 bits, two float lanes,
   row tiles of 4) with the float path, every MAC pair on a multiplier (31 MULT18X18D, more
   than the 25F has): float-path jobs run four int8 digit rows per row of A, so 8 of their
@@ -72,7 +72,7 @@ def preset(name: str) -> AccelConfig:
                      f"not {name!r}")
 
 
-#: The preset to build for each synthesis target (:data:`qaccel.synth.TARGETS`) that one fits:
+#: The preset to build for each synthesis target (:data:`qaccel.eda.synth.TARGETS`) that one fits:
 #: the LFE5U-45F gets the 25F's engine (the 85F's does not fit its 72 MULT18X18D). Targets
 #: left out (the iCE40 UP5K) fit no MatMulNBits engine preset.
 TARGET_PRESETS: dict[str, str] = {

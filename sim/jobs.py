@@ -29,8 +29,8 @@ from qaccel.model.quant import (
     dequantize_linear,
     quantize_linear,
 )
-from qaccel.rtl.dequantize_lane import dq_scales
-from qaccel.rtl.elementwise import Elementwise
+from qaccel.rtl.elementwise.dequantize_lane import dq_scales
+from qaccel.rtl.elementwise.unit import Elementwise
 
 __all__ = ["Job", "codes_of", "dequantize_job", "dml_job", "lane_widths", "pack",
            "quantize_job", "unpack_output"]
@@ -171,7 +171,8 @@ def _finish(unit: Elementwise, label: str, lane_regs: dict, call: CheckedCall,
 def quantize_job(unit: Elementwise, x, y_scale, y_zero_point=None, *, axis=1, block_size=0,
                  output_dtype=None, saturate=True, precision=None, label: str = "",
                  expect: bool = True) -> Job:
-    """A QuantizeLinear call as a :class:`Job` for a :class:`~qaccel.rtl.quantize.Quantize`;
+    """A QuantizeLinear call as a :class:`Job` for a
+    :class:`~qaccel.rtl.elementwise.quantize.Quantize`;
     with ``expect`` its expected ``y`` beats, from the golden model."""
     c = unit.config
     kw = dict(axis=axis, block_size=block_size, output_dtype=output_dtype, saturate=saturate,
@@ -224,7 +225,7 @@ def dml_job(unit: Elementwise, input, scale, zero_point=None, *, output_dtype=np
 
 def dequantize_job(unit: Elementwise, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
                    output_dtype=None, label: str = "", expect: bool = True) -> Job:
-    """A DequantizeLinear call as a :class:`Job` for a :class:`~qaccel.rtl.dequantize.
+    """A DequantizeLinear call as a :class:`Job` for a :class:`~qaccel.rtl.elementwise.dequantize.
     Dequantize`; with ``expect`` its expected ``y`` beats, from the golden model."""
     c = unit.config
     kw = dict(axis=axis, block_size=block_size, output_dtype=output_dtype)

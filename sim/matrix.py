@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, SCALE_TYPES
-from qaccel.rtl.dequantize_lane import dq_scales
-from qaccel.rtl.elementwise import Elementwise
+from qaccel.rtl.elementwise.dequantize_lane import dq_scales
+from qaccel.rtl.elementwise.unit import Elementwise
 from qaccel.sim.jobs import Job, dequantize_job, dml_job, quantize_job
 
 __all__ = ["GRANULARITIES", "dequantize_matrix", "dml_matrix", "quantize_matrix",

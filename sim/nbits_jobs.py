@@ -1,5 +1,5 @@
 """MatMulNBits on the engine: an operator call turned into the v2 engine's register values and
-stream beats (:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`, the host-side layout of
+stream beats (:class:`~qaccel.rtl.nbits.matmul_nbits_v2.MatMulNBitsV2`, the host-side layout of
 docs/matmul_nbits_v2.md), and its ``y`` words back into Y.
 
 The expected ``y`` words come from :func:`qaccel.model.nbits_hw.matmul_nbits_v2`, so the
@@ -20,7 +20,7 @@ from qaccel.model.dtypes import dtype_name
 from qaccel.model.nbits import _check_A, _check_bias, _Op, unpack_nbits, unpack_zero_points
 from qaccel.model.nbits_hw import block_layout, int8_path, matmul_nbits_v2
 from qaccel.model.validate import check_int
-from qaccel.rtl.matmul_nbits_v2 import OUT_FORMATS, lane_column, wide_columns
+from qaccel.rtl.nbits.matmul_nbits_v2 import OUT_FORMATS, lane_column, wide_columns
 
 __all__ = ["NBitsJobV2", "is_nan_code", "nbits_job_v2", "unpack_y_v2"]
 

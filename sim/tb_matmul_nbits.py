@@ -1,4 +1,5 @@
-"""cocotb testbench for the MatMulNBits engine (:class:`qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`);
+"""cocotb testbench for the MatMulNBits engine
+(:class:`qaccel.rtl.nbits.matmul_nbits_v2.MatMulNBitsV2`);
 run it with :func:`qaccel.sim.nbits_sim.run_nbits_cocotb`.
 
 The engine's ports come from the parameters: ``registers`` (the job register ports, set from

@@ -1,4 +1,4 @@
-"""cocotb testbench for :class:`qaccel.rtl.saturate.Saturate`; run it with qaccel.sim.runner.
+"""cocotb testbench for :class:`qaccel.rtl.arith.saturate.Saturate`; run it with qaccel.sim.runner.
 
 Parameters (``qaccel.sim.tbconfig.params()``): ``in_width``, ``bits``, ``signed`` and the
 stated ``latency`` of the component; ``beats`` (random test), ``throughput_beats``, ``idle``

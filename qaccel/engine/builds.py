@@ -28,9 +28,9 @@ def elementwise_unit(op: str, config: AccelConfig):
     unit = _UNITS.get((kind, config))
     if unit is None:
         if kind == "quantize":
-            from qaccel.rtl.quantize import Quantize as cls
+            from qaccel.rtl.elementwise.quantize import Quantize as cls
         else:
-            from qaccel.rtl.dequantize import Dequantize as cls
+            from qaccel.rtl.elementwise.dequantize import Dequantize as cls
         unit = _UNITS[kind, config] = cls(config)
     return unit
 
@@ -40,7 +40,7 @@ def nbits_engine(config: AccelConfig):
     key = ("matmul_nbits_v2", config)
     engine = _UNITS.get(key)
     if engine is None:
-        from qaccel.rtl.matmul_nbits_v2 import MatMulNBitsV2
+        from qaccel.rtl.nbits.matmul_nbits_v2 import MatMulNBitsV2
 
         engine = _UNITS[key] = MatMulNBitsV2(config)
     return engine

@@ -56,7 +56,7 @@ class RunRecord:
         Clock cycles of the unit from the first table write to idle after the last job,
         table loads included (``load_cycles`` of them: per job, the table writes, one per
         entry or one per ``table_interval`` cycles when the unit prepares its entries
-        (:attr:`qaccel.rtl.elementwise.Elementwise.load_cycles`), and the start strobe).
+        (:attr:`qaccel.rtl.elementwise.unit.Elementwise.load_cycles`), and the start strobe).
     table_entries : int
         Scale-table entries written, over all jobs.
     latency : int or None
@@ -227,7 +227,7 @@ class RTL:
         """:func:`qaccel.dequantize_linear` on the Dequantize unit."""
         from qaccel.model.dtypes import dtype_name
         from qaccel.model.quant import check_dequantize, dequantize_linear
-        from qaccel.rtl.dequantize_lane import dq_scales
+        from qaccel.rtl.elementwise.dequantize_lane import dq_scales
         from qaccel.sim.jobs import dequantize_job
 
         t0 = time.perf_counter()
@@ -292,7 +292,7 @@ class RTL:
         layout (the host side repacks them, :mod:`qaccel.sim.nbits_jobs`).
 
         * The int8 path (accuracy_level 4, integer or no zero points, no g_idx) runs on the
-          v2 engine (:class:`~qaccel.rtl.matmul_nbits_v2.MatMulNBitsV2`, one job: every row
+          v2 engine (:class:`~qaccel.rtl.nbits.matmul_nbits_v2.MatMulNBitsV2`, one job: every row
           tile against every column group); with ``check=True`` every result must equal
           :func:`qaccel.model.nbits_hw.matmul_nbits_v2` bit for bit.
         * The float path (levels 0..3, g_idx, float zero points) runs on the v2 engine too if

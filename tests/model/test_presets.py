@@ -1,13 +1,13 @@
 """The v2 engine presets: valid configurations whose steady state keeps at least 95% of the
 MAC peak at every bits 2..8 x block_size 16..256 point (the performance model's figure, which
-tests/rtl/test_matmul_nbits_v2.py holds exact against the RTL)."""
+tests/rtl/nbits/test_matmul_nbits_v2.py holds exact against the RTL)."""
 
 from __future__ import annotations
 
 import pytest
 
+from qaccel.explore.perf import nbits_v2_call
 from qaccel.model.config import AccelConfig
-from qaccel.model.perf import nbits_v2_call
 from qaccel.model.presets import PRESETS, preset
 
 
@@ -53,8 +53,8 @@ def test_unit_presets():
     """The Quantize / Dequantize presets: what they carry; the int8 ones divide through
     prepared reciprocals (the eight-lane one within 24 MULT18X18D), the MX one builds no
     divider and no casts."""
-    from qaccel.rtl.quantize_lane import QuantizeLane
-    from qaccel.rtl.reciprocal_divide import ReciprocalDivide
+    from qaccel.rtl.arith.reciprocal_divide import ReciprocalDivide
+    from qaccel.rtl.elementwise.quantize_lane import QuantizeLane
 
     assert preset("qdq-int8").q_outputs == ("int8",) and preset("qdq-int8-x8").lanes == 8
     one, eight = (QuantizeLane(preset(n)) for n in ("qdq-int8", "qdq-int8-x8"))

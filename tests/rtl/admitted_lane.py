@@ -7,8 +7,8 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from qaccel.rtl.lane_admission import LaneAdmission
-from qaccel.rtl.scale_lane import ScaleLane
+from qaccel.rtl.nbits.lane_admission import LaneAdmission
+from qaccel.rtl.nbits.scale_lane import ScaleLane
 
 
 class AdmittedLane(wiring.Component):

@@ -1,4 +1,4 @@
-"""Behavioural Verilog models of the ECP5 cells that qaccel.rtl.ecp5 instantiates, for the
+"""Behavioural Verilog models of the ECP5 cells that qaccel.rtl.arith.ecp5 instantiates, for the
 Icarus tests that check a unit's ``ecp5=True`` build against its ``ecp5=False`` twin.
 
 Each model covers only the configuration the builders use (and stops the simulation on any
@@ -70,7 +70,7 @@ def mult18x18d_model() -> str:
         "p": ", ".join(reversed(outs))}
 
 
-#: DP16KD in the one mode :func:`qaccel.rtl.ecp5.dp16kd_sdp` uses: 36-bit words, address bits
+#: DP16KD in the one mode :func:`qaccel.rtl.arith.ecp5.dp16kd_sdp` uses: 36-bit words, address bits
 #: 5..13 (ADA0..3 the write byte enables, all set), write on port A, read on port B,
 #: REGMODE_B "NOREG" (or "OUTREG": one more register after the read), clock enables
 #: CEA / CEB / OCEB.

@@ -1,5 +1,5 @@
 """Float32 operand generators and the NumPy comparison of the float32 unit tests
-(tests/rtl/test_fp32_units.py).
+(tests/rtl/arith/test_fp32_units.py).
 
 NaN results are compared by NaN-ness and sign: the units return the canonical quiet NaN,
 NumPy keeps the operand's payload (they are the same for canonical NaN operands)."""

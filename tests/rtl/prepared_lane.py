@@ -1,7 +1,8 @@
 """A Quantize lane that takes prepared scales (``AccelConfig.reciprocal_units > 0``) behind the
 scale-code interface of the other lanes, for the element-by-element tests: the scale decoded
-and cast as :class:`~qaccel.rtl.scale_prep.ScalePrep` does it (the same
-:class:`~qaccel.rtl.operand_cast.OperandCast`), the reciprocal by an exact division in the
+and cast as :class:`~qaccel.rtl.elementwise.scale_prep.ScalePrep` does it (the same
+:class:`~qaccel.rtl.elementwise.operand_cast.OperandCast`), the reciprocal by an exact division
+in the
 simulator (Verilog ``/``) instead of the iterative unit, delays to meet the lane's
 ``scale_delay``."""
 
@@ -11,9 +12,9 @@ from amaranth.hdl import Const, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from qaccel.rtl.operand_cast import OperandCast, cast_control
-from qaccel.rtl.pipeline import delay
-from qaccel.rtl.quantize_lane import QuantizeLane
+from qaccel.rtl.arith.pipeline import delay
+from qaccel.rtl.elementwise.operand_cast import OperandCast, cast_control
+from qaccel.rtl.elementwise.quantize_lane import QuantizeLane
 
 
 class PreparedLane(wiring.Component):

@@ -1,5 +1,5 @@
-"""Integer models of :class:`~qaccel.rtl.reciprocal.Reciprocal` and of the significand path of
-:class:`~qaccel.rtl.reciprocal_divide.ReciprocalDivide`, vectorised over NumPy arrays, and the
+"""Integer models of :class:`~qaccel.rtl.arith.reciprocal.Reciprocal` and of the significand path of
+:class:`~qaccel.rtl.arith.reciprocal_divide.ReciprocalDivide`, vectorised over NumPy arrays, and the
 exact truncated quotient they must equal (FloatDivide's, by ``divmod``).
 
 Arrays are ``uint64`` while every intermediate fits 64 bits, else ``object`` arrays of Python

@@ -1,4 +1,5 @@
-"""Wide floats (:func:`qaccel.rtl.wide_float.wide_float_layout`) in NumPy, for the tests of the
+"""Wide floats (:func:`qaccel.rtl.arith.wide_float.wide_float_layout`) in NumPy, for the tests
+of the
 arithmetic units: dicts of field arrays (``sign``, ``exp``, ``sig``, ``sticky``, ``cls``, each
 ``uint64`` but ``exp``, ``int64``), conversions from float64, input generators and the
 references that round them (NumPy / ml_dtypes casts, exact rational rounding).
@@ -12,7 +13,7 @@ import numpy as np
 from onnx.numpy_helper import saturate_cast
 
 from qaccel.model.floatfmt import FloatFormat
-from qaccel.rtl.float_unpack import FloatClass
+from qaccel.rtl.arith.float_unpack import FloatClass
 
 ZERO, SUB, NORM, INF, NAN = (FloatClass.ZERO.value, FloatClass.SUBNORMAL.value,
                              FloatClass.NORMAL.value, FloatClass.INF.value,

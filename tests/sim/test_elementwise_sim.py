@@ -16,8 +16,8 @@ import pytest
 
 from qaccel.model.config import AccelConfig
 from qaccel.model.presets import preset
-from qaccel.rtl.dequantize import Dequantize
-from qaccel.rtl.quantize import Quantize
+from qaccel.rtl.elementwise.dequantize import Dequantize
+from qaccel.rtl.elementwise.quantize import Quantize
 from qaccel.sim.elementwise_sim import run_elementwise
 from qaccel.sim.jobs import lane_widths, quantize_job, unpack_output
 from qaccel.sim.matrix import dequantize_matrix, dml_matrix, quantize_matrix
@@ -73,7 +73,7 @@ def test_sub_byte_specials_verilator():
     a zero point. The testbench compares each lane's whole word with the code right-aligned
     and zero above it, so a code sign-extended across its lane fails; the jobs' expected
     beats unpack to onnx.reference's bytes. (float4e2m1 without a zero point is left out:
-    the RTL gives +0 for an exact -0 quotient, see tests/qaccel/test_rtl_engine.py.)"""
+    the RTL gives +0 for an exact -0 quotient, see tests/qaccel/engine/test_rtl_engine.py.)"""
     unit = Quantize(AccelConfig())
     jobs = []
     for out in SUB_BYTE:

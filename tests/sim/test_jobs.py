@@ -10,8 +10,8 @@ import pytest
 from qaccel.model.config import AccelConfig
 from qaccel.model.nbits import quantize_weights_nbits
 from qaccel.model.quant import dequantize_linear, quantize_linear
-from qaccel.rtl.dequantize import Dequantize
-from qaccel.rtl.quantize import Quantize
+from qaccel.rtl.elementwise.dequantize import Dequantize
+from qaccel.rtl.elementwise.quantize import Quantize
 from qaccel.sim.jobs import _beats, _codes, dequantize_job, lane_widths, quantize_job, unpack_output
 from tests.model.quant_helpers import assert_bitexact, q_opset, reference
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from qaccel.rtl.saturate import Saturate
+from qaccel.rtl.arith.saturate import Saturate
 from qaccel.sim import runner, tbconfig
 from qaccel.sim.scoreboard import InOrderChecker, Scoreboard
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from qaccel.rtl.saturate import Saturate
+from qaccel.rtl.arith.saturate import Saturate
 from qaccel.sim.runner import SimulationFailed, missing_simulator
 from qaccel.sim.smoke import run_saturate, run_smoke
 

@@ -17,7 +17,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import AccelConfig
-from qaccel.rtl.quantize import Quantize
+from qaccel.rtl.elementwise.quantize import Quantize
 from qaccel.sim.elementwise_sim import (
     JobResult,
     check_jobs,

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from qaccel.model.config import AccelConfig
-from qaccel.rtl.matmul_nbits_v2 import REGISTERS, MatMulNBitsV2
+from qaccel.rtl.nbits.matmul_nbits_v2 import REGISTERS, MatMulNBitsV2
 from qaccel.sim.nbits_sim import NBITS_NAME, engine_ports, job_dict, run_nbits_cocotb
 from qaccel.sim.runner import SimulationFailed, missing_simulator
-from tests.rtl.test_matmul_nbits_v2 import FLOAT_SHAPES, make_job
+from tests.rtl.nbits.test_matmul_nbits_v2 import FLOAT_SHAPES, make_job
 
 pytestmark = pytest.mark.sim
 

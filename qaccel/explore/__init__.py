@@ -1,0 +1,2 @@
+"""Exploration: the performance model (:mod:`.perf`), design-space sweeps (:mod:`.sweep`) and
+their plots (:mod:`.plots`)."""
