@@ -28,6 +28,8 @@ __all__ = ["HARNESSES", "RTL", "RTLMismatchError", "RunRecord"]
 #: available, else cocotb), ``"cocotb"`` or ``"stream"`` (the C++ harness, Verilator only).
 HARNESSES = ("auto", "cocotb", "stream")
 _SIMULATORS = ("verilator", "icarus")
+#: Job labels per operator.
+_LABELS = {"quantize": "Q", "dequantize": "DQ", "dml": "DML"}
 #: With a progress report, the stream harness runs jobs in batches of at least this many beats.
 STREAM_BATCH_BEATS = 1 << 18
 
@@ -190,7 +192,6 @@ class RTL:
     def quantize_linear(self, x, y_scale, y_zero_point=None, *, axis=1, block_size=0,
                         output_dtype=None, saturate=True, precision=None):
         """:func:`qaccel.quantize_linear` on the Quantize unit."""
-        from qaccel.model.dtypes import dtype_name
         from qaccel.model.quant import check_quantize, quantize_linear
         from qaccel.sim.jobs import quantize_job
 
@@ -198,34 +199,25 @@ class RTL:
         kw = dict(axis=axis, block_size=block_size, output_dtype=output_dtype,
                   saturate=saturate, precision=precision)
         call = check_quantize(x, y_scale, y_zero_point, **kw)
-        x, y_scale, layout = call.x, call.scale, call.layout
+        x, s = call.x, call.scale
         # (validated: the scale's shape, or one element each; sim.jobs wants the same shape)
-        zp = None if call.zero_point is None else call.zero_point.reshape(y_scale.shape)
+        zp = None if call.zero_point is None else call.zero_point.reshape(s.shape)
         c = self.config
-        self._carried("q_inputs", "x", x.dtype, c.q_inputs)
-        self._carried("scales", "y_scale", y_scale.dtype, c.scales)
-        self._carried("q_outputs", "output", call.out_dtype, c.q_outputs)
-        self._carried("precisions", "division precision", call.division, c.precisions)
-        if x.size == 0:
-            return self._empty("quantize", call.shape, call.out_dtype, t0)
-        unit = self._unit("quantize")
-        label = f"Q {dtype_name(x.dtype)} -> {dtype_name(call.out_dtype)}"
 
-        def job(box):
-            s_box = onnx_scale_box(layout, box, axis, block_size)
-            return quantize_job(unit, sub(x, box), sub(y_scale, s_box), sub(zp, s_box),
-                                **kw, label=f"{label} {box}", expect=False)
+        def job(unit, box, label):
+            s_box = onnx_scale_box(call.layout, box, axis, block_size)
+            return quantize_job(unit, sub(x, box), sub(s, s_box), sub(zp, s_box), **kw,
+                                label=label, expect=False)
 
-        jobs, boxes = plan(layout, self.config, job)
-        out = self._execute("quantize", unit, jobs, boxes, call, t0)
-        if self.check:
-            _compare(out, quantize_linear(x, y_scale, call.zero_point, **kw), "quantize")
-        return out
+        return self._run_elementwise(
+            "quantize", call, t0, job, lambda: quantize_linear(x, s, call.zero_point, **kw),
+            ("q_inputs", "x", x.dtype, c.q_inputs), ("scales", "y_scale", s.dtype, c.scales),
+            ("q_outputs", "output", call.out_dtype, c.q_outputs),
+            ("precisions", "division precision", call.division, c.precisions))
 
     def dequantize_linear(self, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
                           output_dtype=None):
         """:func:`qaccel.dequantize_linear` on the Dequantize unit."""
-        from qaccel.model.dtypes import dtype_name
         from qaccel.model.quant import check_dequantize, dequantize_linear
         from qaccel.rtl.elementwise.dequantize_lane import dq_scales
         from qaccel.sim.jobs import dequantize_job
@@ -233,57 +225,61 @@ class RTL:
         t0 = time.perf_counter()
         kw = dict(axis=axis, block_size=block_size, output_dtype=output_dtype)
         call = check_dequantize(x, x_scale, x_zero_point, **kw)
-        x, x_scale, layout = call.x, call.scale, call.layout
-        zp = None if call.zero_point is None else call.zero_point.reshape(x_scale.shape)
+        x, s = call.x, call.scale
+        zp = None if call.zero_point is None else call.zero_point.reshape(s.shape)
         c = self.config
-        self._carried("dq_inputs", "x", x.dtype, c.dq_inputs)
-        self._carried("scales", "x_scale", x_scale.dtype, dq_scales(c))
-        self._carried("dq_outputs", "output", call.out_dtype, c.dq_outputs)
-        if x.size == 0:
-            return self._empty("dequantize", call.shape, call.out_dtype, t0)
-        unit = self._unit("dequantize")
-        label = f"DQ {dtype_name(x.dtype)} -> {dtype_name(call.out_dtype)}"
 
-        def job(box):
-            s_box = onnx_scale_box(layout, box, axis, block_size)
-            return dequantize_job(unit, sub(x, box), sub(x_scale, s_box), sub(zp, s_box),
-                                  **kw, label=f"{label} {box}", expect=False)
+        def job(unit, box, label):
+            s_box = onnx_scale_box(call.layout, box, axis, block_size)
+            return dequantize_job(unit, sub(x, box), sub(s, s_box), sub(zp, s_box), **kw,
+                                  label=label, expect=False)
 
-        jobs, boxes = plan(layout, self.config, job)
-        out = self._execute("dequantize", unit, jobs, boxes, call, t0)
-        if self.check:
-            _compare(out, dequantize_linear(x, x_scale, call.zero_point, **kw), "dequantize")
-        return out
+        return self._run_elementwise(
+            "dequantize", call, t0, job,
+            lambda: dequantize_linear(x, s, call.zero_point, **kw),
+            ("dq_inputs", "x", x.dtype, c.dq_inputs), ("scales", "x_scale", s.dtype, dq_scales(c)),
+            ("dq_outputs", "output", call.out_dtype, c.dq_outputs))
 
     def dml_quantize_linear(self, input, scale, zero_point=None, *, output_dtype=np.int8):
         """:func:`qaccel.dml_quantize_linear` on the Quantize unit (float32 division)."""
         from qaccel.model.dml import check_dml, dml_quantize_linear
-        from qaccel.model.dtypes import dtype_name
         from qaccel.sim.jobs import dml_job
 
         t0 = time.perf_counter()
         call = check_dml(input, scale, zero_point, output_dtype=output_dtype)
         # scale and zero point broadcast to their common shape
-        x, scale, zp, layout = call.x, call.scale, call.zero_point, call.layout
+        x, s, zp = call.x, call.scale, call.zero_point
         c = self.config
-        self._carried("q_inputs", "input", x.dtype, c.q_inputs)
-        self._carried("scales", "scale", scale.dtype, c.scales)
-        self._carried("q_outputs", "output", call.out_dtype, c.q_outputs)
-        self._carried("precisions", "division precision", call.division, c.precisions)
-        if x.size == 0:
-            return self._empty("dml", call.shape, call.out_dtype, t0)
-        unit = self._unit("dml")
-        label = f"DML {dtype_name(x.dtype)} -> {dtype_name(call.out_dtype)}"
 
-        def job(box):
-            return dml_job(unit, sub(x, box), sub(scale, broadcast_box(scale.shape, box)),
+        def job(unit, box, label):
+            return dml_job(unit, sub(x, box), sub(s, broadcast_box(s.shape, box)),
                            None if zp is None else sub(zp, broadcast_box(zp.shape, box)),
-                           output_dtype=output_dtype, label=f"{label} {box}", expect=False)
+                           output_dtype=output_dtype, label=label, expect=False)
 
-        jobs, boxes = plan(layout, self.config, job)
-        out = self._execute("dml", unit, jobs, boxes, call, t0)
+        return self._run_elementwise(
+            "dml", call, t0, job, lambda: dml_quantize_linear(x, s, zp, output_dtype=output_dtype),
+            ("q_inputs", "input", x.dtype, c.q_inputs), ("scales", "scale", s.dtype, c.scales),
+            ("q_outputs", "output", call.out_dtype, c.q_outputs),
+            ("precisions", "division precision", call.division, c.precisions))
+
+    def _run_elementwise(self, op: str, call, t0: float, job, golden, *carried) -> np.ndarray:
+        """A validated Q / DQ / DirectML ``call``: the ``carried`` type checks (``(field,
+        what, dtype, types)``), its jobs (``job(unit, box, label)`` per box of ``x``),
+        simulated and decoded; with ``check`` compared with ``golden()``."""
+        from qaccel.model.dtypes import dtype_name
+
+        for field, what, dtype, types in carried:
+            self._carried(field, what, dtype, types)
+        if call.x.size == 0:
+            return self._empty(op, call.shape, call.out_dtype, t0)
+        unit = self._unit(op)
+        label = (f"{_LABELS[op]} {dtype_name(call.x.dtype)} -> "
+                 f"{dtype_name(call.out_dtype)}")
+        jobs, boxes = plan(call.layout, self.config,
+                           lambda box: job(unit, box, f"{label} {box}"))
+        out = self._execute(op, unit, jobs, boxes, call, t0)
         if self.check:
-            _compare(out, dml_quantize_linear(x, scale, zp, output_dtype=output_dtype), "dml")
+            _compare(out, golden(), op)
         return out
 
     def matmul_nbits(self, A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
