@@ -2,7 +2,10 @@
 Verilog. A call is validated (the model's checks: same exceptions, output type and shape),
 tiled into unit jobs (:mod:`.tiling`), turned into register and stream beats
 (:mod:`qaccel.sim.jobs`), simulated on the unit's build (:mod:`.builds`), and decoded; the
-golden model runs only with ``check=True``, once per call, to compare."""
+golden model runs only with ``check=True``, once per call, to compare.
+
+The simulation side (:mod:`qaccel.sim`, :mod:`qaccel.rtl`: Amaranth, cocotb) is imported
+inside the methods that use it, so that ``qaccel.RTL()`` is cheap to make."""
 
 from __future__ import annotations
 
@@ -11,6 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from qaccel.model import nbits_kernels as _k
+from qaccel.model.config import ZERO_POINTS, AccelConfig, int8_path
+from qaccel.model.dml import check_dml, dml_quantize_linear
+from qaccel.model.dtypes import dtype_name
+from qaccel.model.nbits import _check_A, _Op, matmul_nbits
+from qaccel.model.quant import check_dequantize, check_quantize, dequantize_linear, quantize_linear
+from qaccel.model.validate import check_int
 
 from .builds import (
     UNIT_OF,
@@ -155,9 +166,6 @@ class RTL:
     def __init__(self, config=None, simulator: str = "verilator", *, check: bool = False,
                  harness: str = "auto", idle: float = 0.0, backpressure: float = 0.0,
                  seed: int = 1, progress: Callable[[int, int], None] | None = None):
-        from qaccel.model.config import AccelConfig
-        from qaccel.model.validate import check_int
-
         if config is None:
             config = AccelConfig()
         if not isinstance(config, AccelConfig):
@@ -192,7 +200,6 @@ class RTL:
     def quantize_linear(self, x, y_scale, y_zero_point=None, *, axis=1, block_size=0,
                         output_dtype=None, saturate=True, precision=None):
         """:func:`qaccel.quantize_linear` on the Quantize unit."""
-        from qaccel.model.quant import check_quantize, quantize_linear
         from qaccel.sim.jobs import quantize_job
 
         t0 = time.perf_counter()
@@ -218,7 +225,6 @@ class RTL:
     def dequantize_linear(self, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
                           output_dtype=None):
         """:func:`qaccel.dequantize_linear` on the Dequantize unit."""
-        from qaccel.model.quant import check_dequantize, dequantize_linear
         from qaccel.rtl.elementwise.dequantize_lane import dq_scales
         from qaccel.sim.jobs import dequantize_job
 
@@ -242,7 +248,6 @@ class RTL:
 
     def dml_quantize_linear(self, input, scale, zero_point=None, *, output_dtype=np.int8):
         """:func:`qaccel.dml_quantize_linear` on the Quantize unit (float32 division)."""
-        from qaccel.model.dml import check_dml, dml_quantize_linear
         from qaccel.sim.jobs import dml_job
 
         t0 = time.perf_counter()
@@ -266,8 +271,6 @@ class RTL:
         """A validated Q / DQ / DirectML ``call``: the ``carried`` type checks (``(field,
         what, dtype, types)``), its jobs (``job(unit, box, label)`` per box of ``x``),
         simulated and decoded; with ``check`` compared with ``golden()``."""
-        from qaccel.model.dtypes import dtype_name
-
         for field, what, dtype, types in carried:
             self._carried(field, what, dtype, types)
         if call.x.size == 0:
@@ -310,11 +313,6 @@ class RTL:
         with ``check``,
         :exc:`RTLMismatchError` naming the first differing row, column and both codes.
         """
-        from qaccel.model import nbits_kernels as _k
-        from qaccel.model.config import ZERO_POINTS, int8_path
-        from qaccel.model.nbits import _check_A, _Op, matmul_nbits
-        from qaccel.model.validate import check_int
-
         t0 = time.perf_counter()
         level = check_int("accuracy_level", accuracy_level, 0, 4)
         a = _check_A(A, check_int("K", K, 1))
@@ -407,8 +405,6 @@ class RTL:
 
     @staticmethod
     def _carried(field: str, what: str, dtype, carried: tuple[str, ...]) -> None:
-        from qaccel.model.dtypes import dtype_name
-
         name = dtype_name(dtype)
         if name not in carried:
             raise ValueError(f"this RTL configuration does not carry {what} type {name} "

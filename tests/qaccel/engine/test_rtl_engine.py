@@ -48,6 +48,7 @@ def test_golden_model_runs_once_and_only_to_check(check, monkeypatch):
     model runs once, on the whole tensor, and only with ``check`` (a call split into several
     jobs too).  (MatMulNBits: nbits_job_v2 runs the engine's model only with expect=True,
     which the engine passes as its check: tests/sim/test_jobs.py.)"""
+    import qaccel.engine.facade as facade_module
     import qaccel.model.dml as dml_module
     import qaccel.model.quant as quant_module
     import qaccel.sim.jobs as jobs_module
@@ -58,11 +59,11 @@ def test_golden_model_runs_once_and_only_to_check(check, monkeypatch):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, **k: calls.append(name) or real(*a, **k))
 
-    for module in (quant_module, jobs_module):
+    for module in (quant_module, jobs_module, facade_module):
         counted(module, "quantize_linear")
         counted(module, "dequantize_linear")
-    counted(dml_module, "dml_quantize_linear")
-    counted(jobs_module, "dml_quantize_linear")
+    for module in (dml_module, jobs_module, facade_module):
+        counted(module, "dml_quantize_linear")
     rtl = RTL(AccelConfig(table_depth=16), check=check)
     args, kwargs = example_call("quantize", (4, 64), axis=1, block_size=1, seed=1)
     rtl.quantize_linear(*args, **kwargs)
