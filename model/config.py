@@ -39,6 +39,7 @@ __all__ = [
     "M_TILES",
     "MAX_BLOCK_SIZES",
     "SIMD",
+    "UNITS",
     "ZERO_POINTS",
     "AccelConfig",
     "ElementwiseConfig",
@@ -73,6 +74,9 @@ MAX_BLOCK_SIZES = range(16, 1025)
 NBITS = (2, 3, 4, 5, 6, 7, 8)
 #: MatMulNBits zero points: absent (``2 ** (bits - 1)``), packed uint8 codes, or float.
 ZERO_POINTS = ("none", "packed", "float")
+#: The units a configuration builds: the MatMulNBits engine, the Quantize and the Dequantize
+#: unit (DirectML's quantize runs on the Quantize unit).
+UNITS = ("matmul_nbits", "quantize", "dequantize")
 
 
 def int8_path(accuracy_level: int, *, float_zero_points: bool, g_idx: bool) -> bool:

@@ -26,7 +26,16 @@ from __future__ import annotations
 
 from .config import AccelConfig
 
-__all__ = ["PRESETS", "TARGET_PRESETS", "UNIT_PRESETS", "preset", "target_preset"]
+__all__ = ["DEFAULT_TARGET", "MEMORY_GBPS", "MEMORY_NOTE", "PRESETS", "TARGET_PRESETS",
+           "UNIT_PRESETS", "preset", "target_preset"]
+
+#: The synthesis target of the default configuration (``AccelConfig()`` is sized for it), and
+#: the default of ``qaccel synth`` / ``sweep`` and the synthesis functions.
+DEFAULT_TARGET = "ecp5-25k"
+#: External memory bandwidth (GB/s) of the memory-bound figures unless told otherwise: a
+#: 16-bit DDR3-800 interface (800 MT/s x 2 bytes), :data:`MEMORY_NOTE`.
+MEMORY_GBPS = 1.6
+MEMORY_NOTE = "16-bit DDR3-800 as on common ECP5 boards"
 
 #: The presets by name (the synthesis target each is sized for). ``ecp5-25k`` is the default
 #: configuration, ``AccelConfig()``.

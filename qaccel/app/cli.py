@@ -41,27 +41,23 @@ from typing import NamedTuple
 
 import numpy as np
 
-from qaccel.model.config import NBITS, ZERO_POINTS, AccelConfig, int8_path
-from qaccel.model.presets import PRESETS, UNIT_PRESETS, preset, target_preset
+from qaccel.model.config import NBITS, UNITS, ZERO_POINTS, AccelConfig, int8_path
+from qaccel.model.presets import (
+    DEFAULT_TARGET,
+    MEMORY_GBPS,
+    PRESETS,
+    UNIT_PRESETS,
+    preset,
+    target_preset,
+)
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
-
-#: ``--memory-gbps`` default: a 16-bit DDR3-800 interface (as
-#: :data:`qaccel.eda.hwreport.MEMORY_GBPS`, not imported here to keep parsing light).
-MEMORY_GBPS = 1.6
 
 #: Output beats from which ``qaccel sim`` shows a progress bar.
 PROGRESS_MIN_BEATS = 20_000
 
 #: Block sizes ``qaccel perf`` and ``qaccel sweep`` take by default.
 BLOCK_SIZES = (16, 32, 64, 128, 256)
-
-#: The units ``qaccel synth`` builds and ``qaccel sweep`` explores.
-UNITS = ("matmul_nbits", "quantize", "dequantize")
-
-#: The device ``qaccel synth`` and ``qaccel sweep`` build for by default.
-DEFAULT_TARGET = "ecp5-25k"
-
 
 # ---------------------------------------------------------------------------------------------
 # argument types: each parses one option's text or raises argparse.ArgumentTypeError
@@ -695,8 +691,7 @@ def _report(args) -> int:
 def _add_verilog_arguments(p) -> None:
     _add_config_options(p)
     p.add_argument("-o", "--output", required=True, help="output folder")
-    p.add_argument("--ops", nargs="+", choices=["quantize", "dequantize", "matmul_nbits"],
-                   default=["quantize", "dequantize", "matmul_nbits"],
+    p.add_argument("--ops", nargs="+", choices=list(UNITS), default=list(UNITS),
                    help="units to write (default: all three)")
 
 

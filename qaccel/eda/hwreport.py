@@ -40,7 +40,8 @@ from amaranth.lib.wiring import In
 from qaccel.eda.floorplan import Region, engine_floorplan
 from qaccel.eda.synth import TARGETS, SynthResult, check_router, synthesize
 from qaccel.explore.perf import elementwise_call, nbits_v2_call
-from qaccel.model.config import NBITS, AccelConfig
+from qaccel.model.config import NBITS, UNITS, AccelConfig
+from qaccel.model.presets import DEFAULT_TARGET, MEMORY_GBPS, MEMORY_NOTE
 from qaccel.model.validate import check_int
 
 __all__ = ["ELEMENTWISE", "MEMORY_GBPS", "MEMORY_NOTE", "REFERENCE_PACKINGS", "TOKEN_SETTING",
@@ -50,8 +51,6 @@ __all__ = ["ELEMENTWISE", "MEMORY_GBPS", "MEMORY_NOTE", "REFERENCE_PACKINGS", "T
            "throughput", "token_setting", "undriven_dsp_inputs", "unit_floorplan",
            "weight_bus_bits"]
 
-#: Units :func:`build_unit` makes.
-UNITS = ("matmul_nbits", "quantize", "dequantize")
 #: DSP cell of each family, and its data inputs (checked for undriven bits).
 _DSP_CELLS = {"ecp5": ("MULT18X18D", ("A", "B", "C")), "ice40": ("SB_MAC16", ("A", "B", "C", "D"))}
 #: Published packings to compare with: (device and source, operands, MACs per DSP).
@@ -59,10 +58,6 @@ REFERENCE_PACKINGS = (
     ("Xilinx DSP48E2, WP486", "int8 x int8, shared operand", 2),
     ("Xilinx DSP48E2, WP521", "int4 x int4", 4),
 )
-#: External memory bandwidth (GB/s) of the memory-bound figures unless told otherwise: a
-#: 16-bit DDR3-800 interface (800 MT/s x 2 bytes), :data:`MEMORY_NOTE`.
-MEMORY_GBPS = 1.6
-MEMORY_NOTE = "16-bit DDR3-800 as on common ECP5 boards"
 #: (bits, block_size) of the headline token figures: int4 weights in blocks of 32.
 TOKEN_SETTING = (4, 32)
 
@@ -339,7 +334,7 @@ def undriven_dsp_inputs(result: SynthResult) -> int:
                and any("x" in c["connections"].get(p, ()) for p in ports))
 
 
-def hw_report(config: AccelConfig, *, unit: str = "matmul_nbits", target: str = "ecp5-25k",
+def hw_report(config: AccelConfig, *, unit: str = "matmul_nbits", target: str = DEFAULT_TARGET,
               seed: int = 1, freq_mhz: float | None = None,
               layer: tuple[int, int] = (4096, 4096), bits: Iterable[int] | None = None,
               block_sizes: Iterable[int] | None = None,
@@ -519,7 +514,7 @@ class Packing:
         return self.lut / self.macs
 
 
-def mac_packing(targets: Iterable[str] = ("ecp5-25k", "up5k"), widths: Iterable[int] = NBITS,
+def mac_packing(targets: Iterable[str] = (DEFAULT_TARGET, "up5k"), widths: Iterable[int] = NBITS,
                 *, pe: int = 2, simd: int = 4, max_block: int = 16, router: str = "router1",
                 progress: Callable[[Packing], None] | None = None) -> list[Packing]:
     """Synthesise the v2 engine's packed MAC array (``pe`` columns x ``simd`` lanes of 4-bit

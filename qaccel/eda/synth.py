@@ -42,6 +42,7 @@ from typing import Any
 from amaranth.lib import wiring
 
 from qaccel.eda.floorplan import SITE_TABLES, Region, pin
+from qaccel.model.presets import DEFAULT_TARGET
 from qaccel.model.validate import check_bool, check_int
 from qaccel.rtl.arith.pipeline import KEEP_ATTR
 from qaccel.rtl.timing_wrapper import TimingWrapper
@@ -242,7 +243,7 @@ def _tool_version(package: str) -> str:
     return importlib.metadata.version(package)
 
 
-def missing_tools(target: str = "ecp5-25k") -> str | None:
+def missing_tools(target: str = DEFAULT_TARGET) -> str | None:
     """Return why ``target`` cannot be synthesised here (a sentence), or None if it can."""
     t = _check_target(target)
     for package in (t.yosys_package, t.nextpnr_package):
@@ -301,7 +302,7 @@ def _errors(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.lstrip().startswith("ERROR")]
 
 
-def prepare_tools(targets: tuple[str, ...] = ("ecp5-25k",)) -> float:
+def prepare_tools(targets: tuple[str, ...] = (DEFAULT_TARGET,)) -> float:
     """Make sure the tools ``targets`` need are compiled in the YoWASP cache.
 
     Runs each tool once (``--version``) unless a marker for its package version exists,
@@ -495,7 +496,7 @@ def _default_name(component: wiring.Component) -> str:
 def synthesize(
     component: wiring.Component,
     *,
-    target: str = "ecp5-25k",
+    target: str = DEFAULT_TARGET,
     name: str | None = None,
     seed: int = 1,
     freq_mhz: float | None = None,

@@ -61,8 +61,6 @@ from typing import Any
 from tqdm import tqdm
 
 from qaccel.eda.hwreport import (
-    MEMORY_GBPS,
-    UNITS,
     build_unit,
     check_layer,
     check_positive,
@@ -74,8 +72,8 @@ from qaccel.eda.hwreport import (
 )
 from qaccel.eda.synth import TARGETS, check_router, synthesize
 from qaccel.explore import perf
-from qaccel.model.config import NBITS, AccelConfig
-from qaccel.model.presets import preset, target_preset
+from qaccel.model.config import NBITS, UNITS, AccelConfig
+from qaccel.model.presets import DEFAULT_TARGET, MEMORY_GBPS, preset, target_preset
 from qaccel.model.validate import check_int
 from qaccel.sim.runner import digest
 
@@ -265,7 +263,7 @@ def _bases(unit: str, targets: list[str], base: AccelConfig | None) -> dict[str,
 
 
 def run_sweep(output: str | os.PathLike, *, unit: str = "matmul_nbits",
-              targets: Sequence[str] = ("ecp5-25k",), pe: Iterable[int] | None = None,
+              targets: Sequence[str] = (DEFAULT_TARGET,), pe: Iterable[int] | None = None,
               simd: Iterable[int] | None = None,
               dsp_pairs: Iterable[int | None] | None = None,
               m_tile: Iterable[int] | None = None, lanes: Iterable[int] | None = None,

@@ -105,7 +105,7 @@ OPTIONS = {
         "--config": None,
         "--preset": None,
         "-o/--output": REQUIRED,
-        "--ops": ["quantize", "dequantize", "matmul_nbits"],
+        "--ops": ["matmul_nbits", "quantize", "dequantize"],  # (model.config.UNITS)
     },
 }
 
