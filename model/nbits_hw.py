@@ -29,14 +29,14 @@ import numpy as np
 from . import nbits_kernels as _k
 from .config import int8_path
 from .nbits import (
-    _A_DTYPES,
     _check_A,
+    _check_bias,
     _Op,
     unpack_nbits,
     unpack_zero_points,
 )
 from .quant_kernels import item_done, next_item, run_items
-from .validate import as_array, check_int, check_shape
+from .validate import check_int
 
 __all__ = ["E_MIN", "FloatOperands", "accumulate_terms", "block_layout", "float_block_terms",
            "float_operands", "int8_block_terms", "int8_path", "matmul_nbits_v2"]
@@ -279,12 +279,3 @@ def matmul_nbits_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K,
     return y.astype(a.dtype).reshape(*a.shape[:-1], op.N)
 
 
-def _check_bias(bias, dtype: np.dtype, N: int) -> np.ndarray | None:
-    """The bias as an (N,) array of A's type, or None; TypeError / ValueError naming it."""
-    if bias is None:
-        return None
-    b = as_array("bias", bias)
-    if b.dtype != dtype:
-        raise TypeError(f"bias must be {_A_DTYPES[dtype]} like A, not {b.dtype}")
-    check_shape("bias", b, (N,), "N")
-    return b
