@@ -30,8 +30,8 @@ import qaccel
 from qaccel import onnx_models
 from qaccel.model.validate import check_int
 
-__all__ = ["BenchCase", "BenchRow", "cpu_info", "format_table", "golden_cases", "run_cases",
-           "thread_scaling"]
+__all__ = ["BenchCase", "BenchRow", "cpu_info", "format_table", "golden_cases", "kernel_tier",
+           "run_cases", "thread_scaling"]
 
 #: Target ratios qaccel / ORT: Q/DQ lines, MatMulNBits lines.
 QDQ_TARGET = 1.0
@@ -62,6 +62,21 @@ def cpu_info() -> tuple[str, str]:
     if "amx_int8" in flags:
         tier += ", AMX-INT8 present too"
     return name, tier
+
+
+def kernel_tier() -> str:
+    """The dot-product tier qaccel's MatMulNBits kernels are compiled for
+    (:data:`qaccel.model.nbits_kernels.DOT_TIERS`): the CPU's own, or the one
+    ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` name (then said so)."""
+    from numba.core import config
+    from numba.core.registry import cpu_target
+
+    from qaccel.model.nbits_kernels import dot_tier
+
+    tier = dot_tier(cpu_target.target_context)
+    if config.CPU_NAME:
+        tier += f" (NUMBA_CPU_NAME={config.CPU_NAME})"
+    return tier
 
 
 @dataclass(frozen=True)

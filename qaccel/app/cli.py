@@ -312,8 +312,9 @@ def _bench(args) -> int:
 
     if args.suite == "threads":
         cpu, tier = bench.cpu_info()
-        print(f"CPU: {cpu}, {os.cpu_count()} logical cores, ISA tier {tier}; qaccel alone, one "
-              "thread against its default threads, interleaved", flush=True)
+        print(f"CPU: {cpu}, {os.cpu_count()} logical cores, ISA tier {tier}; qaccel's kernels "
+              f"compiled for {bench.kernel_tier()}; qaccel alone, one thread against its "
+              "default threads, interleaved", flush=True)
         print(bench.format_scaling(bench.thread_scaling(quick=args.quick, repeat=args.repeat,
                                                         seed=args.seed)))
         print(f"(ratio: the median of {args.repeat} per-round ratios default / one thread; "
@@ -321,7 +322,8 @@ def _bench(args) -> int:
         return 0
 
     cpu, tier = bench.cpu_info()
-    print(f"CPU: {cpu}, {os.cpu_count()} logical cores, ISA tier {tier}", flush=True)
+    print(f"CPU: {cpu}, {os.cpu_count()} logical cores, ISA tier {tier}; qaccel's kernels "
+          f"compiled for {bench.kernel_tier()}", flush=True)
     rows = []
     for threads in (1, 0):                  # one thread each, then both sides' defaults
         print(f"building the {'quick ' if args.quick else ''}golden benchmark cases "

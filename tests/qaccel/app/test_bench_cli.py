@@ -54,6 +54,7 @@ def test_cli_bench_prints_table(capsys):
     assert cli.main(["bench", "golden", "--quick", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("CPU: ") and "ISA tier" in out.splitlines()[0]
+    assert "qaccel's kernels compiled for " in out.splitlines()[0]
     assert "one thread each:" in out and "default threads" in out
     assert out.count("MatMulNBits int4 bs32 K=N=256 M=16 level 4 per call") == 2
     assert "MatMulNBits int4 bs32 K=N=256 M=16 level 4 prepared" in out
