@@ -55,7 +55,7 @@ from qaccel.sim.streamsim import WATCHDOG, Segment, StreamSim
 
 __all__ = ["Capture", "JobResult", "capture_elementwise", "check_jobs", "design_key",
            "elementwise_build", "elementwise_sim", "run_elementwise", "run_elementwise_fast",
-           "table_fields"]
+           "run_testbench", "table_fields"]
 
 #: Seconds between two looks at the testbench's progress file.
 PROGRESS_POLL = 0.25
@@ -201,8 +201,8 @@ def capture_elementwise(unit: Elementwise, jobs: Sequence[Job], *, name: str,
               "backpressure": backpressure, "capture_file": str(capture_file),
               "progress_file": str(progress_file) if progress else None}
     t0 = time.perf_counter()
-    _run_testbench(b, run_dir, config, "test_jobs", progress_file if progress else None,
-                   progress)
+    run_testbench(b, run_dir, config, "test_jobs", progress_file if progress else None,
+                  progress)
     sim_seconds = time.perf_counter() - t0
     data = read_capture(run_dir, simulator)["capture"]
     stats = data["stats"]
@@ -233,16 +233,16 @@ def read_capture(run_dir: Path, simulator: str, names=("capture",)) -> dict:
     return out
 
 
-def _run_testbench(b: Build, run_dir: Path, config: dict, testcase: str,
-                   progress_file: Path | None, progress, *,
-                   test_module: str = "qaccel.sim.tb_elementwise") -> None:
+def run_testbench(b: Build, run_dir: Path, config: dict, testcase: str,
+                  progress_file: Path | None, progress, *,
+                  test_module: str = "qaccel.sim.tb_elementwise") -> None:
     """Run ``test_module`` (default ``tb_elementwise``) on the finished build ``b`` in
     ``run_dir`` (what :func:`~qaccel.sim.runner.run_cocotb` does after its build step); raise
     if a test fails."""
     from cocotb_tools.check_results import get_results
     from cocotb_tools.runner import get_runner
 
-    from qaccel.sim.runner import _environment, _parse_results
+    from qaccel.sim.runner import cocotb_environment, parse_results
 
     results, records = run_dir / "results.xml", run_dir / "records.json"
     log_file = run_dir / "sim.log"
@@ -250,7 +250,7 @@ def _run_testbench(b: Build, run_dir: Path, config: dict, testcase: str,
 
     def simulate():
         try:
-            with _environment(b.simulator):
+            with cocotb_environment(b.simulator):
                 get_runner(b.simulator).test(
                     test_module=test_module, hdl_toplevel=b.toplevel,
                     hdl_toplevel_lang="verilog", testcase=testcase,
@@ -283,7 +283,7 @@ def _run_testbench(b: Build, run_dir: Path, config: dict, testcase: str,
                               f"({failure[0] if failure else e}); run dir {run_dir}"
                               f"{log_tail(log_file)}") from None
     if failed or not tests:
-        lines = [f"  {n}: {msg or 'failed'}" for n, st, msg in _parse_results(results)
+        lines = [f"  {n}: {msg or 'failed'}" for n, st, msg in parse_results(results)
                  if st == "failed"]
         raise SimulationFailed(f"the capture run failed on {b.simulator} ({b.toplevel}, run dir "
                                f"{run_dir}):\n" + "\n".join(lines) + log_tail(log_file))

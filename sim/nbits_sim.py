@@ -24,10 +24,10 @@ from amaranth.lib import wiring
 
 from qaccel.rtl.nbits.matmul_nbits_v2 import MatMulNBitsV2
 from qaccel.sim.elementwise_sim import (
-    _run_testbench,
     capture_dir,
     elementwise_build,
     read_capture,
+    run_testbench,
 )
 from qaccel.sim.nbits_jobs import NBitsJobV2
 from qaccel.sim.runner import Build
@@ -198,7 +198,7 @@ def run_nbits_cocotb(engine: MatMulNBitsV2, jobs: Sequence[NBitsJobV2], *,
               "watchdog": watchdog or _watchdog(dicts, chunks),
               "busy_lag": engine.timing["done"]}       # busy low this soon after the last y
     t0 = time.perf_counter()
-    _run_testbench(b, run_dir, config, "test_jobs", None, None, test_module=TEST_MODULE)
+    run_testbench(b, run_dir, config, "test_jobs", None, None, test_module=TEST_MODULE)
     sim_seconds = time.perf_counter() - t0
     files = read_capture(run_dir, simulator, ("capture", "records"))
     data, records = files["capture"], files["records"]

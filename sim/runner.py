@@ -50,11 +50,13 @@ __all__ = [
     "SimulatorNotFoundError",
     "build",
     "build_root",
+    "cocotb_environment",
     "digest",
     "file_lock",
     "log_tail",
     "mark_elaborated",
     "missing_simulator",
+    "parse_results",
     "require_simulator",
     "run_cocotb",
     "simulator_env",
@@ -263,7 +265,7 @@ def simulator_env(simulator: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _environment(simulator: str, make_variables: Sequence[str] = ()) -> Iterator[None]:
+def cocotb_environment(simulator: str, make_variables: Sequence[str] = ()) -> Iterator[None]:
     """Prepare ``os.environ`` for cocotb's runner, which copies it into every subprocess.
 
     Applies :func:`simulator_env`'s changes and removes :data:`tbconfig.ENV_VAR` so that the
@@ -438,7 +440,7 @@ def build(
         from cocotb_tools.runner import get_runner
 
         try:
-            with _environment(simulator, MAKE_VARIABLES[simulator]):
+            with cocotb_environment(simulator, MAKE_VARIABLES[simulator]):
                 runner = get_runner(simulator)
                 runner.build(
                     sources=[verilog_path],
@@ -467,7 +469,7 @@ def build(
 # Run
 
 
-def _parse_results(path: Path) -> list[tuple[str, str, str]]:
+def parse_results(path: Path) -> list[tuple[str, str, str]]:
     """Return ``(test name, status, message)`` for every test case in a cocotb results file."""
     cases = []
     for case in ElementTree.parse(path).getroot().iter("testcase"):
@@ -544,7 +546,7 @@ def run_cocotb(
         test_start = time.perf_counter()
         exit_reason = ""
         try:
-            with _environment(simulator):
+            with cocotb_environment(simulator):
                 runner = get_runner(simulator)
                 runner.test(
                     test_module=test_module,
@@ -575,7 +577,7 @@ def run_cocotb(
 
         try:
             tests, failed = get_results(results)
-            cases = _parse_results(results)
+            cases = parse_results(results)
         except (RuntimeError, ElementTree.ParseError) as e:
             raise SimulationError(
                 f"{simulator} ended without a complete results file ({exit_reason or e}) "
