@@ -323,6 +323,7 @@ _OWNER = {name: part for part, cls in PARTS.items() for name in _part_fields(cls
 #: Fields of earlier versions, gone with the v1 MatMulNBits engine
 #: (docs/matmul_nbits_engine.md): configuration files that hold them still load.
 REMOVED_FIELDS = ("weight_bus_width", "partial_sums")
+_MISSING = object()
 
 
 class AccelConfig:
@@ -363,13 +364,13 @@ class AccelConfig:
         set_(self, "_slug", hashlib.sha256(text.encode()).hexdigest()[:12])
 
     def __getattr__(self, name: str):
-        part = _OWNER.get(name)
-        if part is None:
-            if name in ("scale_lanes", "division_type"):
-                owner = self.matmul_nbits if name == "scale_lanes" else self.elementwise
-                return getattr(owner, name)
-            raise AttributeError(f"'AccelConfig' object has no attribute {name!r}")
-        return getattr(getattr(self, part), name)
+        """A field or property of either part (``config.lanes``, ``config.scale_lanes``)."""
+        if not name.startswith("_"):
+            for part in PARTS:
+                value = getattr(object.__getattribute__(self, part), name, _MISSING)
+                if value is not _MISSING:
+                    return value
+        raise AttributeError(f"'AccelConfig' object has no attribute {name!r}")
 
     def __setattr__(self, name: str, value) -> None:
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
