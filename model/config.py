@@ -37,6 +37,7 @@ __all__ = [
     "NBITS",
     "SCALES",
     "M_TILES",
+    "PE",
     "MAX_BLOCK_SIZES",
     "SIMD",
     "UNITS",
@@ -64,6 +65,8 @@ DQ_INPUTS = (*Q_OUTPUTS[:8], "int32", *Q_OUTPUTS[8:])
 DQ_OUTPUTS = ("float32", "float16", "bfloat16")
 #: Division precisions of QuantizeLinear (float64 for int32 operands).
 PRECISIONS = ("float32", "float16", "bfloat16", "float64")
+#: Output columns of the MatMulNBits engine (``pe``; the v2 engine pairs columns: even).
+PE = range(1, 129)
 #: K elements per cycle per output column the MatMulNBits engine supports.
 SIMD = (1, 2, 4, 8, 16)
 #: Rows of A per MatMulNBits row tile (``m_tile``; the MAC array's rows).
@@ -279,7 +282,7 @@ class MatMulNBitsConfig:
 
     def __post_init__(self):
         set_ = object.__setattr__
-        check_int("pe", self.pe, 1, 128)
+        check_int("pe", self.pe, PE.start, PE.stop - 1)
         if isinstance(self.simd, bool) or self.simd not in SIMD:
             raise ValueError(f"simd must be one of {SIMD}, not {self.simd!r}")
         if isinstance(self.nbits, (str, int)) or not isinstance(self.nbits, (tuple, list)):

@@ -80,6 +80,9 @@ from .quant_kernels import run_items
 from .validate import as_array, check_int, check_power_of_two, check_shape
 
 __all__ = [
+    "NBitsArgs",
+    "check_A",
+    "check_bias",
     "dequantize_nbits",
     "error_bound",
     "max_relative_error",
@@ -222,8 +225,9 @@ def unpack_zero_points(zero_points, bits, k_blocks):
 # --------------------------------------------------------------------------- validation
 
 
-class _Op:
-    """Validated MatMulNBits arguments, converted to what the kernels take."""
+class NBitsArgs:
+    """Validated MatMulNBits arguments, converted to what the kernels take (shared by the
+    golden model, the engine's model and the RTL job builder)."""
 
     def __init__(self, B, scales, zero_points, g_idx, *, K, N, bits, block_size, dtype):
         self.K = K = check_int("K", K, 1)
@@ -340,7 +344,7 @@ def _activation_words(qa, op, wbits):
     return q.view(np.int32).reshape(M, -1)
 
 
-def _check_bias(bias, dtype, N):
+def check_bias(bias, dtype, N):
     """``bias`` as an array of A's ``dtype`` and shape (N,), or None."""
     if bias is None:
         return None
@@ -351,7 +355,9 @@ def _check_bias(bias, dtype, N):
     return b
 
 
-def _check_A(A, K):
+def check_A(A, K):
+    """``A`` as an array of float32, float16 or bfloat16 of rank >= 2 and last dimension
+    ``K`` (TypeError / ValueError naming it)."""
     a = as_array("A", A)
     if a.dtype not in _A_DTYPES:
         raise TypeError(f"A must be float32, float16 or bfloat16, not {a.dtype}")
@@ -412,7 +418,7 @@ class NBitsWeights:
     def matmul(self, A, bias=None, *, accuracy_level=0):
         """``Y = A @ W + bias``, as :func:`matmul_nbits` with these weights."""
         level = check_int("accuracy_level", accuracy_level, 0, 4)
-        a = _check_A(A, self.K)
+        a = check_A(A, self.K)
         if a.dtype != self._dtype:
             raise TypeError(f"scales must be {_A_DTYPES[a.dtype]} like A, not {self._dtype}")
         return self._run(a, bias, level)
@@ -442,7 +448,7 @@ class NBitsWeights:
 
     def _run(self, a, bias, level):
         op = self._op
-        b = _check_bias(bias, a.dtype, op.N)
+        b = check_bias(bias, a.dtype, op.N)
         b32 = None if b is None else b.astype(np.float32)
 
         a2 = np.ascontiguousarray(a.reshape(-1, op.K), dtype=np.float32)
@@ -469,7 +475,8 @@ class NBitsWeights:
 
 
 def _prepare(B, scales, zero_points, g_idx, *, K, N, bits, block_size, dtype, own=True):
-    op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size, dtype=dtype)
+    op = NBitsArgs(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
+                   dtype=dtype)
     return NBitsWeights(op, dtype, own=own)
 
 
@@ -541,7 +548,7 @@ def matmul_nbits(
         Naming the parameter and value, for any structural error.
     """
     level = check_int("accuracy_level", accuracy_level, 0, 4)
-    a = _check_A(A, check_int("K", K, 1))
+    a = check_A(A, check_int("K", K, 1))
     w = _prepare(
         B,
         scales,
@@ -566,7 +573,7 @@ def dequantize_nbits(B, scales, zero_points=None, g_idx=None, *, K, N, bits, blo
     scales_arr = as_array("scales", scales)
     if scales_arr.dtype not in _A_DTYPES:
         raise TypeError(f"scales must be float32, float16 or bfloat16, not {scales_arr.dtype}")
-    op = _Op(
+    op = NBitsArgs(
         B,
         scales_arr,
         zero_points,

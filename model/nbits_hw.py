@@ -29,9 +29,9 @@ import numpy as np
 from . import nbits_kernels as _k
 from .config import int8_path
 from .nbits import (
-    _check_A,
-    _check_bias,
-    _Op,
+    NBitsArgs,
+    check_A,
+    check_bias,
     unpack_nbits,
     unpack_zero_points,
 )
@@ -44,7 +44,7 @@ __all__ = ["E_MIN", "FloatOperands", "accumulate_terms", "block_layout", "float_
 _F32 = np.float32
 
 
-def _int8_operands(a: np.ndarray, op: _Op):
+def _int8_operands(a: np.ndarray, op: NBitsArgs):
     """The int8 path's integers: ``qa`` (M, kb, bs) and codes ``q`` (N, kb, bs) as int64 (codes
     past K are 0), ``sa`` (M, kb) float32 and the integer zero points ``zp`` (N, kb) int64."""
     M, K = a.shape
@@ -62,7 +62,7 @@ def _int8_operands(a: np.ndarray, op: _Op):
     return qa, q, sa, zp
 
 
-def int8_block_terms(a: np.ndarray, op: _Op) -> np.ndarray:
+def int8_block_terms(a: np.ndarray, op: NBitsArgs) -> np.ndarray:
     """The v2 engine's int8-path block terms (docs/matmul_nbits_v2.md, section 1) of
     validated operands: ``a`` (M, K) float32 -> ``t`` (M, N, k_blocks) float32 with
     ``t = f32(f32(sa * sb) * f32(isum - zp * asum))``, the integers exact."""
@@ -125,7 +125,7 @@ class FloatOperands(NamedTuple):
     z: np.ndarray | None
 
 
-def block_layout(op: _Op) -> tuple[np.ndarray, np.ndarray]:
+def block_layout(op: NBitsArgs) -> tuple[np.ndarray, np.ndarray]:
     """``(slots, group)`` of :class:`FloatOperands`: without g_idx the natural blocks (the
     last padded); with g_idx K stably sorted by group, each group split into blocks of
     ``block_size`` in ascending ``k`` (its last block padded), groups ascending, empty
@@ -145,7 +145,7 @@ def block_layout(op: _Op) -> tuple[np.ndarray, np.ndarray]:
     return slots.reshape(-1, bs), np.repeat(np.arange(op.kb, dtype=np.int64), blocks)
 
 
-def _codes(op: _Op) -> np.ndarray:
+def _codes(op: NBitsArgs) -> np.ndarray:
     """B's codes (N, k_blocks * block_size) uint8 (as :func:`unpack_nbits`, the tail past K
     included), shifts and masks for 2, 4 and 8 bits."""
     b = op.Bw.view(np.uint8).reshape(op.N, -1)
@@ -155,7 +155,7 @@ def _codes(op: _Op) -> np.ndarray:
     return ((b[:, :, None] >> shifts) & np.uint8((1 << op.bits) - 1)).reshape(op.N, -1)
 
 
-def float_operands(a: np.ndarray, op: _Op) -> FloatOperands:
+def float_operands(a: np.ndarray, op: NBitsArgs) -> FloatOperands:
     """The float path's operands of validated arguments: ``a`` (M, K) float32 (float16 and
     bfloat16 A widened) and ``op``; see :class:`FloatOperands`."""
     slots, group = block_layout(op)
@@ -260,10 +260,10 @@ def matmul_nbits_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K,
     and the rounding to A's type.
     """
     level = check_int("accuracy_level", accuracy_level, 0, 4)
-    a = _check_A(A, check_int("K", K, 1))
-    op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
+    a = check_A(A, check_int("K", K, 1))
+    op = NBitsArgs(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
              dtype=a.dtype)
-    b = _check_bias(bias, a.dtype, op.N)
+    b = check_bias(bias, a.dtype, op.N)
     a32 = a.reshape(-1, op.K).astype(_F32)
     if int8_path(level, float_zero_points=op.zmode == _k.ZP_FLOAT, g_idx=op.gidx is not None):
         y = accumulate_terms(int8_block_terms(a32, op), b)

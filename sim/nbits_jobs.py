@@ -17,7 +17,7 @@ import numpy as np
 from qaccel.model import nbits_kernels as _k
 from qaccel.model.config import ZERO_POINTS, AccelConfig
 from qaccel.model.dtypes import dtype_name
-from qaccel.model.nbits import _check_A, _check_bias, _Op, unpack_nbits, unpack_zero_points
+from qaccel.model.nbits import NBitsArgs, check_A, check_bias, unpack_nbits, unpack_zero_points
 from qaccel.model.nbits_hw import block_layout, int8_path, matmul_nbits_v2
 from qaccel.model.validate import check_int
 from qaccel.rtl.nbits.matmul_nbits_v2 import OUT_FORMATS, lane_column, wide_columns
@@ -101,10 +101,10 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     does not run: the expected words are zeros (the arguments are checked all the same)."""
     config = AccelConfig() if config is None else config
     check_int("accuracy_level", accuracy_level, 0, 4)
-    a = _check_A(A, K)
-    op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
+    a = check_A(A, K)
+    op = NBitsArgs(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
              dtype=a.dtype)
-    bias = _check_bias(bias, a.dtype, N)
+    bias = check_bias(bias, a.dtype, N)
     out_shape, out_dtype = (*a.shape[:-1], N), a.dtype
     y_ref = (matmul_nbits_v2(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
                              block_size=block_size, accuracy_level=accuracy_level)

@@ -54,9 +54,9 @@ def _v2_lines(rtl, call: dict, M: int, level: int) -> tuple[list[str], bool]:
     gidx = call.get("g_idx")
     float_path = not int8_path(level, float_zero_points=fzp, g_idx=gidx is not None)
     if gidx is not None:             # the engine's k: the padded group-by-group layout
-        from qaccel.model.nbits import _Op
+        from qaccel.model.nbits import NBitsArgs
 
-        op = _Op(call["B"], call["scales"], zp, gidx, K=K, N=N, bits=bits,
+        op = NBitsArgs(call["B"], call["scales"], zp, gidx, K=K, N=N, bits=bits,
                  block_size=call["block_size"], dtype=np.asarray(call["A"]).dtype)
         K = block_layout(op)[0].size
     model = nbits_v2_call(c, M=M, N=N, K=K, bits=bits, block_size=call["block_size"],

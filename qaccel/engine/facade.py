@@ -19,7 +19,7 @@ from qaccel.model import nbits_kernels as _k
 from qaccel.model.config import ZERO_POINTS, AccelConfig, int8_path
 from qaccel.model.dml import check_dml, dml_quantize_linear
 from qaccel.model.dtypes import dtype_name
-from qaccel.model.nbits import _check_A, _Op, matmul_nbits
+from qaccel.model.nbits import NBitsArgs, check_A, matmul_nbits
 from qaccel.model.quant import check_dequantize, check_quantize, dequantize_linear, quantize_linear
 from qaccel.model.validate import check_int
 
@@ -315,8 +315,8 @@ class RTL:
         """
         t0 = time.perf_counter()
         level = check_int("accuracy_level", accuracy_level, 0, 4)
-        a = _check_A(A, check_int("K", K, 1))
-        op = _Op(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
+        a = check_A(A, check_int("K", K, 1))
+        op = NBitsArgs(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size,
                  dtype=a.dtype)
         int8 = int8_path(level, float_zero_points=op.zmode == _k.ZP_FLOAT,
                          g_idx=op.gidx is not None)

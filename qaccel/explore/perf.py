@@ -12,11 +12,12 @@ unit's start and pipeline latencies (tests/qaccel/engine/test_rtl_engine.py).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from qaccel.model.config import AccelConfig
 from qaccel.model.validate import check_bool, check_int, check_int_choice, check_power_of_two
+from qaccel.rtl.nbits import row_quantizer
+from qaccel.rtl.nbits.matmul_nbits_v2 import engine_timing
 
 __all__ = ["V2_BOUNDS", "ElementwiseCall", "NBitsV2Call", "elementwise_call", "nbits_v2_call"]
 
@@ -205,24 +206,14 @@ def _lane_schedule(first: int, groups: int, kb: int, R: int, bpb: int, J: int,
     return end - 1
 
 
-@functools.lru_cache(maxsize=64)
-def _v2_engine(config: AccelConfig):
-    """(timing, lanes, row quantiser) of the v2 engine of ``config`` (built, not elaborated)."""
-    from qaccel.rtl.nbits.matmul_nbits_v2 import MatMulNBitsV2
-    from qaccel.sim.runner import mark_elaborated
-
-    engine = MatMulNBitsV2(config)
-    mark_elaborated(engine)            # read for its figures only, never elaborated
-    return engine.timing, engine.lanes, engine.row_quantizer
-
-
 def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
                   block_size: int, bias: bool = False, float_path: bool = False,
                   float_zero_points: bool = False) -> NBitsV2Call:
     """Return the cycles of a MatMulNBits call (accuracy_level 4, integer or no zero points)
     on the v2 engine of ``config``, composed from the engine's
-    :attr:`~qaccel.rtl.nbits.matmul_nbits_v2.MatMulNBitsV2.timing` (its own pipeline and its
-    units' latencies) and the row quantiser's :meth:`job_cycles`.
+    :func:`~qaccel.rtl.nbits.matmul_nbits_v2.engine_timing` (its own pipeline and its units'
+    latencies) and the row quantiser's :func:`~qaccel.rtl.nbits.row_quantizer.job_cycles`,
+    without building any of them.
 
     With ``R`` the tile's rows, ``G`` the column groups (``pe`` columns, ``pe / 2`` at 5..8
     bits: ``cols``), ``S = ceil(K / block_size) * block_size / simd`` weight steps per row,
@@ -262,7 +253,7 @@ def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
         raise ValueError("float_path calls need an engine built with config.float_path")
     if float_zero_points and not float_path:
         raise ValueError("float_zero_points calls take the float path: pass float_path=True")
-    tm, lanes, rq = _v2_engine(config)
+    tm, lanes = engine_timing(config), config.scale_lanes
     digits = 4 if float_path else 1
     pe, simd, T = config.pe, config.simd, config.m_tile
     J = pe // lanes
@@ -287,7 +278,7 @@ def nbits_v2_call(config: AccelConfig, *, M: int, N: int, K: int, bits: int,
     tiles = [min(Ta, M - r0) for r0 in range(0, M, Ta)]
     for i, Ra in enumerate(tiles):
         R = Ra * digits                  # rows through the MAC array
-        load = rq.job_cycles(K, Ra, block_size, bfp=float_path)
+        load = row_quantizer.job_cycles(K, Ra, block_size, bfp=float_path)
         load_total += load
         first_issue = t + load + tm["issue"]
         if Jt <= bpb and rec <= R * bpb and (digits == 1 or rec <= J):

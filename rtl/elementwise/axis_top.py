@@ -13,23 +13,23 @@ from qaccel.model.floatfmt import FORMATS
 from qaccel.rtl.elementwise.pack import Pack
 from qaccel.rtl.elementwise.unit import Elementwise
 
-__all__ = ["AxisTop"]
+__all__ = ["AxisTop", "layout_fields"]
 
 
 def _bits(name: str) -> int:
     return QTYPES[name].bits if name in QTYPES else FORMATS[name].bits
 
 
-def _fields(layout, offset: int = 0, prefix: str = "") -> list[dict[str, Any]]:
+def layout_fields(layout, offset: int = 0, prefix: str = "") -> list[dict[str, Any]]:
     """Flatten a (nested) data layout into ``{name, offset, width}`` records."""
     out = []
     if isinstance(layout, data.StructLayout):
         for name, fld in layout:
-            out += _fields(fld.shape, offset + fld.offset, f"{prefix}{name}.")
+            out += layout_fields(fld.shape, offset + fld.offset, f"{prefix}{name}.")
     elif isinstance(layout, data.ArrayLayout):
         width = Shape.cast(layout.elem_shape).width
         for k in range(layout.length):
-            out += _fields(layout.elem_shape, offset + k * width, f"{prefix}{k}.")
+            out += layout_fields(layout.elem_shape, offset + k * width, f"{prefix}{k}.")
     else:
         out.append({"name": prefix.rstrip("."), "offset": offset,
                     "width": Shape.cast(layout).width})
@@ -119,8 +119,8 @@ class AxisTop(wiring.Component):
                       for name, m in self.signature.members.items()] + [
                 {"name": "clk", "direction": "in", "width": 1},
                 {"name": "rst", "direction": "in", "width": 1}],
-            "cfg_regs": _fields(members["regs"].shape),
-            "table": _fields(members["table"].signature.members["payload"].shape),
+            "cfg_regs": layout_fields(members["regs"].shape),
+            "table": layout_fields(members["table"].signature.members["payload"].shape),
             "type_indices": types,
             "output_bits": {t: _bits(t) for t in self._outputs},
         }

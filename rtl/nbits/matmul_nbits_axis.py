@@ -9,7 +9,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import AccelConfig
-from qaccel.rtl.elementwise.axis_top import _fields
+from qaccel.rtl.elementwise.axis_top import layout_fields
 from qaccel.rtl.nbits import matmul_nbits_v2 as v2
 
 __all__ = ["NBitsAxisTop"]
@@ -65,7 +65,7 @@ class NBitsAxisTop(wiring.Component):
                       for name, m in self.signature.members.items()] + [
                 {"name": "clk", "direction": "in", "width": 1},
                 {"name": "rst", "direction": "in", "width": 1}],
-            "tdata": {s: _fields(members[s].signature.members["payload"].shape)
+            "tdata": {s: layout_fields(members[s].signature.members["payload"].shape)
                       for s in _INPUTS},
             "out_fmt": list(v2.OUT_FORMATS),
             "fmode": {"int8 path": 0, "float path": 1, "float path, float zero points": 3},

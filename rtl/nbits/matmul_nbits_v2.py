@@ -11,19 +11,23 @@ from amaranth.lib.wiring import In, Out
 from qaccel.model.config import AccelConfig
 from qaccel.model.validate import check_bool
 from qaccel.rtl.arith.pipeline import delay, local_copy
+from qaccel.rtl.nbits import packed_mac_array, row_quantizer
 from qaccel.rtl.nbits.nbits_cluster import (
     COUNT_WIDTH,
     INPUT_STAGES,
     OUT_FORMATS,
+    OUT_LATENCY,
     NBitsCluster,
     lane_column,
+    lane_latency,
     stream_members,
     wide_columns,
 )
 from qaccel.rtl.nbits.row_quantizer import RowQuantizer
+from qaccel.rtl.nbits.scale_lane import RECURRENCE
 
-__all__ = ["COUNT_WIDTH", "OUT_FORMATS", "REGISTERS", "MatMulNBitsV2", "lane_column",
-           "wide_columns"]
+__all__ = ["COUNT_WIDTH", "OUT_FORMATS", "REGISTERS", "MatMulNBitsV2", "check_engine",
+           "engine_timing", "lane_column", "wide_columns"]
 
 #: The job registers (input ports), latched at ``start``.
 REGISTERS = ("k", "block_size", "bits", "m", "groups", "bias", "out_fmt", "fmode")
@@ -38,6 +42,76 @@ _OUT_FIFO = 8           # y words buffered after the merge
 
 def _log2(n: int) -> int:
     return (n - 1).bit_length()
+
+
+def check_engine(config: AccelConfig) -> None:
+    """Raise ValueError, naming the fields, where ``config`` describes no v2 engine: ``pe``
+    odd, the float path without ``m_tile`` a multiple of 4, ``pe / scale_lanes`` odd and
+    above 1, ``pe / clusters`` odd, several clusters with one column per lane."""
+    if not isinstance(config, AccelConfig):
+        raise TypeError(f"config must be an AccelConfig, not {config!r}")
+    pe, F, n = config.pe, config.scale_lanes, config.clusters
+    if pe % 2:
+        raise ValueError(f"pe must be even for the v2 engine (two columns share a "
+                         f"multiplier), not {pe}")
+    if config.float_path and config.m_tile % 4:
+        raise ValueError(f"m_tile must be a multiple of 4 for the v2 engine's float path "
+                         f"(four digit rows per row of A), not {config.m_tile}")
+    J = pe // F
+    if J > 1 and J % 2:
+        raise ValueError(f"pe / scale_lanes (MAC columns per float lane) must be 1 or "
+                         f"even for the v2 engine (5..8-bit columns pair two of a lane's "
+                         f"MAC columns), not {pe} / {F}")
+    if (pe // n) % 2:
+        raise ValueError(f"pe / clusters must be even for the v2 engine (two columns "
+                         f"share a multiplier), not {pe} / {n}")
+    if n > 1 and J == 1:
+        raise ValueError(f"clusters ({n}) need at least two MAC columns per float lane "
+                         f"(pe / scale_lanes = {pe} / {F})")
+
+
+def _cluster_dsp_pairs(config: AccelConfig, e: int) -> int | None:
+    """The DSP multiplier slots of cluster ``e`` (None: all; the budget split evenly, the
+    first clusters taking one more)."""
+    dsp, n = config.dsp_pairs, config.clusters
+    return None if dsp is None else dsp // n + (e < dsp % n)
+
+
+def engine_timing(config: AccelConfig) -> dict[str, int]:
+    """The cycle counts :func:`qaccel.explore.perf.nbits_v2_call` composes, from the engine's
+    own pipeline and its units' latencies, without building it (ValueError where
+    :func:`check_engine` refuses ``config``):
+
+    ``start``: ``start`` to the first tile's row-quantiser start (the sizing states);
+    ``issue``: the quantiser's ``busy`` low to the first weight step; ``to_lane``: a
+    step's issue to its MAC beat (the activation word read and registered), plus the
+    block sums' register (where the block's activation scale and sum join them), without
+    the MAC latency; ``lane``: a term's hand-off to its result offered (the terms'
+    register, then the lane's latency); ``bank``: a lane result to its bank being
+    readable;
+    ``out``: a bank word taken to its ``y`` beat (the bank's registered read, the
+    float16 / bfloat16 rounding of :class:`~qaccel.rtl.arith.fp32_narrow.Fp32Narrow` and the
+    ``y`` FIFO; with several clusters, the merge: two registers and a FIFO to it, the
+    output FIFO after it);
+    ``next_tile``: a tile's last bank word taken to the next tile's quantiser start (the
+    clusters' ``idle`` is a register; with several, the merge has taken their words);
+    ``done``: the last ``y`` beat to ``busy`` low; and the units' ``mac`` (cluster 0's MAC
+    array) and ``recurrence`` and the row quantiser's ``quantizer`` latency."""
+    check_engine(config)
+    several = config.clusters > 1
+    stage = INPUT_STAGES if several else 0      # the clusters' input copies
+    # the y merge: a cluster's word to its FIFO there (two registers, the FIFO), then
+    # the output FIFO
+    merge_in, merge_out = (4, 2) if several else (0, 0)
+    slots = config.pe // config.clusters // 2 * config.simd
+    dsp = _cluster_dsp_pairs(config, 0)
+    mac = packed_mac_array.latency(simd=config.simd, lut_pairs=dsp is not None and dsp < slots)
+    return {"start": 4, "issue": 2 + stage, "to_lane": 3, "bank": 1,
+            "out": OUT_LATENCY + merge_in + merge_out,
+            "next_tile": 5 + OUT_LATENCY + merge_in,
+            "done": 5 - merge_out, "mac": mac,
+            "lane": lane_latency(max_block=config.max_block_size),
+            "recurrence": RECURRENCE, "quantizer": row_quantizer.LATENCY}
 
 
 class MatMulNBitsV2(wiring.Component):
@@ -122,38 +196,25 @@ class MatMulNBitsV2(wiring.Component):
         check_bool("ecp5", ecp5)
         if not isinstance(config, AccelConfig):
             raise TypeError(f"config must be an AccelConfig, not {config!r}")
-        if config.pe % 2:
-            raise ValueError(f"pe must be even for the v2 engine (two columns share a "
-                             f"multiplier), not {config.pe}")
-        if config.float_path and config.m_tile % 4:
-            raise ValueError(f"m_tile must be a multiple of 4 for the v2 engine's float path "
-                             f"(four digit rows per row of A), not {config.m_tile}")
+        check_engine(config)
         self._config = config
         pe, simd = config.pe, config.simd
         self._lanes_n = F = config.scale_lanes
         self._J = pe // F
-        if self._J > 1 and self._J % 2:
-            raise ValueError(f"pe / scale_lanes (MAC columns per float lane) must be 1 or "
-                             f"even for the v2 engine (5..8-bit columns pair two of a lane's "
-                             f"MAC columns), not {pe} / {F}")
         n = config.clusters
-        if (pe // n) % 2:
-            raise ValueError(f"pe / clusters must be even for the v2 engine (two columns "
-                             f"share a multiplier), not {pe} / {n}")
-        if n > 1 and self._J == 1:
-            raise ValueError(f"clusters ({n}) need at least two MAC columns per float lane "
-                             f"(pe / scale_lanes = {pe} / {F})")
         self._rq = RowQuantizer(max_block=config.max_block_size, ecp5=ecp5,
                                 bfp=config.float_path)
         blk = self._rq.blk.payload.shape()
-        dsp = config.dsp_pairs
         self._clusters = [
             NBitsCluster(pe=pe // n, simd=simd, lanes=F // n, rows=config.m_tile,
                          max_block=config.max_block_size, max_k=config.max_k,
                          float_path=config.float_path,
-                         dsp_pairs=None if dsp is None else dsp // n + (e < dsp % n),
+                         dsp_pairs=_cluster_dsp_pairs(config, e),
                          blk_layout=blk, input_stage=n > 1, ecp5=ecp5)
             for e in range(n)]
+        cl, t = self._clusters[0], engine_timing(config)      # the built units agree
+        assert (cl.mac.latency, cl.lane_latency, cl.lane.recurrence, self._rq.latency) == (
+            t["mac"], t["lane"], t["recurrence"], t["quantizer"]), t
         super().__init__({
             "k": In(unsigned(COUNT_WIDTH)),
             "block_size": In(unsigned(16)),
@@ -175,35 +236,8 @@ class MatMulNBitsV2(wiring.Component):
 
     @property
     def timing(self) -> dict[str, int]:
-        """The cycle counts :func:`qaccel.explore.perf.nbits_v2_call` composes, each measured
-        in the engine's own pipeline or taken from its units:
-
-        ``start``: ``start`` to the first tile's row-quantiser start (the sizing states);
-        ``issue``: the quantiser's ``busy`` low to the first weight step; ``to_lane``: a
-        step's issue to its MAC beat (the activation word read and registered), plus the
-        block sums' register (where the block's activation scale and sum join them), without
-        the MAC latency; ``lane``: a term's hand-off to its result offered (the terms'
-        register, then the lane's latency); ``bank``: a lane result to its bank being
-        readable;
-        ``out``: a bank word taken to its ``y`` beat (the bank's registered read, the
-        float16 / bfloat16 rounding of :class:`~qaccel.rtl.arith.fp32_narrow.Fp32Narrow` and the
-        ``y`` FIFO; with several clusters, the merge: two registers and a FIFO to it, the
-        output FIFO after it);
-        ``next_tile``: a tile's last bank word taken to the next tile's quantiser start (the
-        clusters' ``idle`` is a register; with several, the merge has taken their words);
-        ``done``: the last ``y`` beat to ``busy`` low; and the units' ``mac`` and
-        ``recurrence`` and the row quantiser's ``quantizer`` latency."""
-        cl = self._clusters[0]
-        several = len(self._clusters) > 1
-        stage = INPUT_STAGES if several else 0      # the clusters' input copies
-        # the y merge: a cluster's word to its FIFO there (two registers, the FIFO), then
-        # the output FIFO
-        merge_in, merge_out = (4, 2) if several else (0, 0)
-        return {"start": 4, "issue": 2 + stage, "to_lane": 3, "bank": 1,
-                "out": cl.out_latency + merge_in + merge_out,
-                "next_tile": 5 + cl.out_latency + merge_in,
-                "done": 5 - merge_out, "mac": cl.mac.latency, "lane": cl.lane_latency,
-                "recurrence": cl.lane.recurrence, "quantizer": self._rq.latency}
+        """The engine's cycle counts: :func:`engine_timing` of its configuration."""
+        return engine_timing(self._config)
 
     @property
     def row_quantizer(self) -> RowQuantizer:

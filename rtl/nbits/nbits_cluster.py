@@ -15,12 +15,14 @@ from qaccel.model.validate import check_bool, check_int
 from qaccel.rtl.arith.fp32_narrow import LATENCY as _OUT_ROUND_LATENCY
 from qaccel.rtl.arith.fp32_narrow import Fp32Narrow
 from qaccel.rtl.arith.pipeline import KEEP_ATTR, delay, local_copy
+from qaccel.rtl.nbits import scale_lane
 from qaccel.rtl.nbits.lane_admission import LaneAdmission
-from qaccel.rtl.nbits.packed_mac_array import PackedMacArray
+from qaccel.rtl.nbits.packed_mac_array import PackedMacArray, acc_width
+from qaccel.rtl.nbits.row_quantizer import asum_width
 from qaccel.rtl.nbits.scale_lane import ScaleLane
 
-__all__ = ["COUNT_WIDTH", "INPUT_STAGES", "OUT_FORMATS", "NBitsCluster", "lane_column",
-           "stream_members", "wide_columns"]
+__all__ = ["COUNT_WIDTH", "INPUT_STAGES", "OUT_FORMATS", "OUT_LATENCY", "NBitsCluster",
+           "lane_column", "lane_latency", "stream_members", "wide_columns"]
 
 #: ``out_fmt`` values: the type ``y`` is rounded to (A's type), by index.
 OUT_FORMATS = ("float32", "float16", "bfloat16")
@@ -32,6 +34,17 @@ _CHAIN_GROUP = 4        # column pairs of a lane's block-sum chains under one se
 _BANK_READ_LATENCY = 3  # the banks' registered read, its word registered, the lane's chosen
 #: Registers an input takes to a cluster with ``input_stage`` (one of several on a large part).
 INPUT_STAGES = 3
+#: A bank word taken to its ``y`` beat: the bank's registered read, its word registered, the
+#: lane choice, the float16 / bfloat16 rounding and the ``y`` FIFO
+#: (:attr:`NBitsCluster.out_latency`).
+OUT_LATENCY = _BANK_READ_LATENCY + _OUT_ROUND_LATENCY + 2
+
+
+def lane_latency(*, max_block: int) -> int:
+    """A term's hand-off to its lane result offered, the terms' register then the lane
+    (:attr:`NBitsCluster.lane_latency` without building the cluster): the lane's widths are
+    the MAC array's accumulator and the row quantiser's ``asum`` for ``max_block``."""
+    return _TERM_REG + scale_lane.latency(acc_width(max_block), asum_width(max_block))
 
 
 def _log2(n: int) -> int:
@@ -130,9 +143,9 @@ class NBitsCluster(wiring.Component):
         self._mac = PackedMacArray(pe=pe, simd=simd, rows=rows, max_block=max_block,
                                    dsp_pairs=dsp_pairs,
                                    block_fifo=False if input_stage else None, ecp5=ecp5)
-        asum_width = data.Layout.cast(blk_layout)["asum"].shape.width
+        asum_w = data.Layout.cast(blk_layout)["asum"].shape.width
         self._lanes = [ScaleLane(depth=rows * self._J, isum_width=self._mac.acc_width,
-                                 asum_width=asum_width, ecp5=ecp5)
+                                 asum_width=asum_w, ecp5=ecp5)
                        for _ in range(lanes)]
         steps_max, kb_max = max_k // simd, max_k // 16
         CW = COUNT_WIDTH
@@ -162,14 +175,13 @@ class NBitsCluster(wiring.Component):
 
     @property
     def out_latency(self) -> int:
-        """A bank word taken to its ``y`` beat: the bank's registered read, its word
-        registered, the lane choice, the float16 / bfloat16 rounding and the ``y`` FIFO."""
-        return _BANK_READ_LATENCY + _OUT_ROUND_LATENCY + 2
+        """A bank word taken to its ``y`` beat (:data:`OUT_LATENCY`)."""
+        return OUT_LATENCY
 
     @property
     def lane_latency(self) -> int:
         """A term's hand-off to its lane result offered (the terms' register, then the
-        lane)."""
+        lane; :func:`lane_latency`)."""
         return _TERM_REG + self._lanes[0].latency
 
     def _sequencer(self, m: Module, name: str, adm, o_valid, fzp) -> SimpleNamespace:

@@ -18,15 +18,17 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.config import M_TILES, MAX_BLOCK_SIZES, SIMD
+from qaccel.model.config import PE as CONFIG_PE
 from qaccel.model.validate import check_bool, check_int, check_int_choice
 from qaccel.rtl.arith.block_fifo import BlockFifo
 from qaccel.rtl.arith.ecp5 import registered_product
 from qaccel.rtl.arith.pipeline import signed_width
 
-__all__ = ["BLOCK_FIFO_MAX_PE", "PE", "SHIFT", "PackedMacArray"]
+__all__ = ["BLOCK_FIFO_MAX_PE", "PE", "SHIFT", "PackedMacArray", "acc_width", "latency"]
 
-#: Legal ``pe`` (output columns; even).
-PE = range(2, 129)
+#: Legal ``pe`` (output columns; even): the configuration's :data:`~qaccel.model.config.PE`
+#: from 2.
+PE = range(2, CONFIG_PE.stop)
 #: Bit position of the second nibble in a multiplier's packed operand ``n0 + n1 * 2 ** SHIFT``.
 SHIFT = 12
 #: Widest array whose output FIFO is in block RAM (above: LUT RAM).
@@ -35,6 +37,19 @@ BLOCK_FIFO_MAX_PE = 64
 PRODUCT_WIDTH = 12
 #: Bits of a packed product ``qa * (n0 + n1 * 2 ** SHIFT)`` (``|P| <= 128 * 61455``), signed.
 PACKED_WIDTH = SHIFT + PRODUCT_WIDTH
+
+
+def acc_width(max_block: int) -> int:
+    """Bits of an accumulator and of each ``isum`` (signed) for blocks of up to ``max_block``
+    elements: ``log2(max_block) + 12``."""
+    return signed_width(-128 * 15 * max_block, 127 * 15 * max_block)
+
+
+def latency(*, simd: int, lut_pairs: bool) -> int:
+    """Cycles from the transfer of a block's last beat to its ``o`` beat being offered (no
+    back-pressure): the pre-stages (2, or 3 with LUT multipliers), ``log2(simd)`` adder-tree
+    stages, and 3 (:attr:`PackedMacArray.latency`, computed without building the array)."""
+    return (3 if lut_pairs else 2) + simd.bit_length() - 1 + 3
 
 
 class PackedMacArray(wiring.Component):
@@ -195,7 +210,7 @@ class PackedMacArray(wiring.Component):
             check_bool("block_fifo", block_fifo)
         self._block_fifo = pe <= BLOCK_FIFO_MAX_PE if block_fifo is None else block_fifo
         self._levels = simd.bit_length() - 1
-        self._acc_width = signed_width(-128 * 15 * max_block, 127 * 15 * max_block)
+        self._acc_width = acc_width(max_block)
         self._row_width = max(1, (rows - 1).bit_length())
         self._fifo_depth = 1 << (self.latency + 1).bit_length()
         super().__init__({
@@ -266,7 +281,7 @@ class PackedMacArray(wiring.Component):
     def pre_stages(self) -> int:
         """Register stages from the input to the adder trees' leaves: 2, or 3 with LUT
         multipliers."""
-        return 3 if self.lut_pairs else 2
+        return self.latency - self.tree_stages - 3
 
     @property
     def tree_stages(self) -> int:
@@ -276,8 +291,8 @@ class PackedMacArray(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from the transfer of a block's last beat to its ``o`` beat being offered
-        (no back-pressure): ``pre_stages + tree_stages + 3``."""
-        return self.pre_stages + self.tree_stages + 3
+        (no back-pressure): ``pre_stages + tree_stages + 3`` (:func:`latency`)."""
+        return latency(simd=self._simd, lut_pairs=self.lut_pairs > 0)
 
     @property
     def fifo_depth(self) -> int:

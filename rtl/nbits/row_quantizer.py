@@ -22,7 +22,8 @@ from qaccel.model.validate import check_bool, check_int, check_int_choice
 from qaccel.rtl.arith.ecp5 import DP16KD_DEPTH, dp16kd_sdp, product_24x24
 from qaccel.rtl.arith.pipeline import delay
 
-__all__ = ["MAX_BLOCKS", "RowQuantizer"]
+__all__ = ["BFP_LATENCY", "LATENCY", "MAX_BLOCKS", "RowQuantizer", "asum_width", "job_cycles",
+           "q_beats"]
 
 #: Values of ``max_block`` :class:`RowQuantizer` supports.
 MAX_BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
@@ -45,6 +46,34 @@ _SCALE_LATENCY = 1 + 1 + _DIV_PERIOD + 2
 _BFP_SCALE_LATENCY = 1 + 1 + 1 + 1 + 1
 _BFP_EMIN = 30                # E_MIN + 127: the smallest biased block exponent
 _BFP_OFFSET = 0x808080        # X + this: the balanced base-256 digits as bytes
+
+
+#: Cycles from the ``a`` transfer completing a block to the block's first ``q`` beat being
+#: offered, without stalls (32; :attr:`RowQuantizer.latency`).
+LATENCY = _SCALE_LATENCY + _LANE_LATENCY + _FIFO_LATENCY
+#: :data:`LATENCY` of a block-floating-point job (18: no divider).
+BFP_LATENCY = _BFP_SCALE_LATENCY + _LANE_LATENCY + _FIFO_LATENCY
+
+
+def asum_width(max_block: int) -> int:
+    """Width of ``blk.asum`` (signed) for blocks of up to ``max_block``:
+    ``log2(max_block) + 9``."""
+    return max_block.bit_length() - 1 + 9
+
+
+def q_beats(k: int, rows: int, block_size: int, *, bfp: bool = False) -> int:
+    """The ``q`` beats of a job: ``rows * ceil(k / block_size) * block_size``, four times
+    that with ``bfp`` (:meth:`RowQuantizer.q_beats` without the checks)."""
+    return rows * -(-k // block_size) * block_size * (4 if bfp else 1)
+
+
+def job_cycles(k: int, rows: int, block_size: int, *, bfp: bool = False) -> int:
+    """Cycles from the ``start`` pulse to the first cycle ``busy`` is low again
+    (:meth:`RowQuantizer.job_cycles` without the checks, for the performance model)."""
+    q = q_beats(k, rows, block_size, bfp=bfp)
+    if bfp:
+        return min(k, block_size) + BFP_LATENCY + q + 1
+    return q + LATENCY + block_size + 1
 
 
 class RowQuantizer(wiring.Component):
@@ -192,7 +221,7 @@ class RowQuantizer(wiring.Component):
             raise ValueError(f"ecp5 needs max_block <= 256 (the ring in one DP16KD), not "
                              f"{max_block}")
         self._ecp5 = ecp5
-        self._asum_width = max_block.bit_length() - 1 + 9
+        self._asum_width = asum_width(max_block)
         members = {
             "block_size": In(unsigned(16)),
             "k": In(unsigned(K_WIDTH)),
@@ -256,7 +285,7 @@ class RowQuantizer(wiring.Component):
     def latency(self) -> int:
         """Cycles from the ``a`` transfer completing a block to the block's first ``q`` beat
         being offered, without stalls (32)."""
-        return _SCALE_LATENCY + _LANE_LATENCY + _FIFO_LATENCY
+        return LATENCY
 
     @property
     def bfp(self) -> bool:
@@ -266,7 +295,7 @@ class RowQuantizer(wiring.Component):
     @property
     def bfp_latency(self) -> int:
         """:attr:`latency` of a block-floating-point job (18: no divider)."""
-        return _BFP_SCALE_LATENCY + _LANE_LATENCY + _FIFO_LATENCY
+        return BFP_LATENCY
 
     def _block(self, block_size: int, bfp: bool) -> int:
         """Check a job's ``block_size`` and ``bfp`` (TypeError / ValueError naming them)."""
@@ -292,18 +321,15 @@ class RowQuantizer(wiring.Component):
         ``block_size`` ``q`` beats and its ``blk`` beat. With ``bfp`` the ``q`` side sets the
         pace from the first block on: its ``min(k, block_size)`` ``a`` beats, then
         :attr:`bfp_latency`, every ``q`` beat back to back and the last ``blk`` beat."""
-        q = self.q_beats(k, rows, block_size, bfp=bfp)
-        if bfp:
-            return min(k, block_size) + self.bfp_latency + q + 1
-        return q + self.latency + block_size + 1
+        self.q_beats(k, rows, block_size, bfp=bfp)                  # the checks
+        return job_cycles(k, rows, block_size, bfp=bfp)
 
     def q_beats(self, k: int, rows: int, block_size: int, *, bfp: bool = False) -> int:
         """Return the ``q`` beats of a job: ``rows * ceil(k / block_size) * block_size``,
         four times that with ``bfp``."""
         k = check_int("k", k, 0, (1 << K_WIDTH) - 1)
         rows = check_int("rows", rows, 0, (1 << K_WIDTH) - 1)
-        bs = self._block(block_size, bfp)
-        return rows * -(-k // bs) * bs * (4 if bfp else 1)
+        return q_beats(k, rows, self._block(block_size, bfp), bfp=bfp)
 
     def blk_beats(self, k: int, rows: int, block_size: int, *, bfp: bool = False) -> int:
         """Return the ``blk`` beats of a job: ``rows * ceil(k / block_size)``, four times

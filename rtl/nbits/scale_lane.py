@@ -3,6 +3,8 @@ to float32, accumulated in a memory of accumulators (docs/matmul_nbits_v2.md, se
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -12,10 +14,12 @@ from qaccel.model.validate import check_bool, check_int
 from qaccel.rtl.arith.block_fifo import LATENCY as _FIFO_LATENCY
 from qaccel.rtl.arith.block_fifo import BlockFifo
 from qaccel.rtl.arith.fp32_add import Fp32Add
+from qaccel.rtl.arith.fp32_mul import LATENCY as FP32_MUL_LATENCY
 from qaccel.rtl.arith.fp32_mul import Fp32Mul
 from qaccel.rtl.arith.pipeline import delay, line
 
-__all__ = ["LUT_RAM_DEPTH", "MAX_DEPTH", "ScaleLane"]
+__all__ = ["ADD_LATENCY", "LUT_RAM_DEPTH", "MAX_DEPTH", "MUL_LATENCY", "RECURRENCE", "Ages",
+           "ScaleLane", "ages", "latency"]
 
 #: Largest ``depth`` (accumulator words).
 MAX_DEPTH = 1024
@@ -24,16 +28,52 @@ MAX_DEPTH = 1024
 LUT_RAM_DEPTH = 64
 
 
+#: Cycles of the float32 multiplier (:class:`~qaccel.rtl.arith.fp32_mul.Fp32Mul` on DSPs).
+MUL_LATENCY = FP32_MUL_LATENCY[True]
+#: Cycles of the float32 adder (:class:`~qaccel.rtl.arith.fp32_add.Fp32Add`).
+ADD_LATENCY = Fp32Add.LATENCY
+#: Smallest distance between two admitted beats of one accumulator that never stalls: the
+#: adder's latency + 1 (:attr:`ScaleLane.recurrence`).
+RECURRENCE = ADD_LATENCY + 1
+
+
 def _mul(ecp5: bool) -> wiring.Component:
-    """The float32 multiplier: ports ``a``, ``b``, ``y`` (bit patterns) and a ``latency``;
-    the significand product on MULT18X18Ds, instances with their registers with ``ecp5``."""
+    """The float32 multiplier: ports ``a``, ``b``, ``y`` (bit patterns), :data:`MUL_LATENCY`
+    cycles; the significand product on MULT18X18Ds, instances with their registers with
+    ``ecp5``."""
     return Fp32Mul(dsp=True, ecp5=ecp5)
 
 
 def _add() -> wiring.Component:
-    """The float32 adder: ports ``a``, ``b``, ``y`` (bit patterns) and a ``latency``."""
+    """The float32 adder: ports ``a``, ``b``, ``y`` (bit patterns), :data:`ADD_LATENCY`
+    cycles."""
     return Fp32Add()
 
+
+class Ages(NamedTuple):
+    """Cycles after a beat's input transfer (no stall) at which a ScaleLane's values are
+    available: ``f = f32(d)``, the second multiply's operands, the adder's operands, the
+    sum."""
+
+    f: int
+    mul2: int
+    add: int
+    y: int
+
+
+def ages(isum_width: int, asum_width: int) -> Ages:
+    """The :class:`Ages` of a ScaleLane of these widths: the input register, ``zp * asum``
+    (2), ``d``, ``|d|``, the normalising shifts (:func:`_shift_groups`), round and pack give
+    ``f``; the first multiply runs beside them."""
+    f = 6 + len(_shift_groups(_d_width(isum_width, asum_width)))
+    mul2 = max(1 + MUL_LATENCY, f)
+    return Ages(f, mul2, mul2 + MUL_LATENCY, mul2 + MUL_LATENCY + ADD_LATENCY)
+
+
+def latency(isum_width: int, asum_width: int) -> int:
+    """:attr:`ScaleLane.latency` of a lane of these widths, without building it: the sum's
+    age, then the output FIFO."""
+    return ages(isum_width, asum_width).y + _FIFO_LATENCY
 
 
 def _d_width(isum_width: int, asum_width: int) -> int:
@@ -165,19 +205,11 @@ class ScaleLane(wiring.Component):
         self._ecp5 = ecp5
         self._addr_width = max(1, (depth - 1).bit_length())
         self._mul1, self._mul2, self._adder = _mul(ecp5), _mul(ecp5), _add()
-        lm1, lm2, la = self._mul1.latency, self._mul2.latency, self._adder.latency
-        for name, lat in (("multiplier", lm1), ("multiplier", lm2), ("adder", la)):
-            if not isinstance(lat, int) or lat < 1:
-                raise ValueError(f"the float32 {name}'s latency must be an integer >= 1, "
-                                 f"not {lat!r}")
+        built = (self._mul1.latency, self._mul2.latency, self._adder.latency)
+        assert built == (MUL_LATENCY, MUL_LATENCY, ADD_LATENCY), built
         self._dw = _d_width(isum_width, asum_width)
         self._groups = _shift_groups(self._dw)
-        # ages (cycles after the input transfer) at which values are available
-        # input register, zp * asum (2), d, |d|, the shifts, round and pack
-        self._f_age = 6 + len(self._groups)
-        self._m2_age = max(1 + lm1, self._f_age)     # operands of the second multiply
-        self._a_age = self._m2_age + lm2             # operands of the adder
-        self._y_age = self._a_age + la               # the sum: written back or queued
+        self._ages = ages(isum_width, asum_width)
         self._fifo_depth = 1 << (self.latency + 1).bit_length()
         self._in_layout = data.StructLayout({
             "isum": signed(isum_width), "isum_hi": signed(isum_width),
@@ -223,25 +255,25 @@ class ScaleLane(wiring.Component):
     @property
     def convert_latency(self) -> int:
         """Cycles of the ``f32(d)`` path from the input register to ``f``."""
-        return self._f_age - 1
+        return self._ages.f - 1
 
     @property
     def adder_cycle(self) -> int:
         """Cycles from the input transfer (no stall) to ``base`` and ``t`` at the adder's
         inputs."""
-        return self._a_age
+        return self._ages.add
 
     @property
     def latency(self) -> int:
         """Cycles from the transfer of a ``last`` beat to its ``o`` beat offered (no
         stalls): :attr:`adder_cycle` ``+`` the adder's latency ``+ 2``."""
-        return self._y_age + _FIFO_LATENCY
+        return latency(self._isum_width, self._asum_width)
 
     @property
     def recurrence(self) -> int:
         """Smallest distance in cycles between two admitted beats of the same ``addr`` (the
         second with ``first`` clear) that never stalls: the adder's latency ``+ 1``."""
-        return self._adder.latency + 1
+        return RECURRENCE
 
     @property
     def fifo_depth(self) -> int:
@@ -253,7 +285,7 @@ class ScaleLane(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         i, o = self.i, self.o
-        y_age, a_age = self._y_age, self._a_age
+        y_age, a_age = self._ages.y, self._ages.add
         m.submodules.mul_ab = mul1 = self._mul1
         m.submodules.mul_t = mul2 = self._mul2
         m.submodules.add = add = self._adder
@@ -348,9 +380,9 @@ class ScaleLane(wiring.Component):
         m.d.sync += f.eq(Cat(packed, neg))
 
         # -- t = f32(f32(sa * sb) * f) --------------------------------------------------------
-        m2 = self._m2_age
+        m2 = self._ages.mul2
         m.d.comb += [mul2.a.eq(delay(m, mul1.y, m2 - (1 + mul1.latency), "sab")),
-                     mul2.b.eq(delay(m, f, m2 - self._f_age, "f"))]
+                     mul2.b.eq(delay(m, f, m2 - self._ages.f, "f"))]
         t = mul2.y                                                        # age a_age
 
         # -- base: the bias, or acc[addr] with the write-backs it cannot see forwarded --------

@@ -199,7 +199,7 @@ def test_order_independent_of_tiling_and_threads():
     ops = operands(bits, block_size, K, N, "packed", bias=True)
     A = np.random.default_rng(0).standard_normal((5, K)).astype(np.float32)
     ref = nbits.matmul_nbits(A, **ops, K=K, N=N, bits=bits, block_size=block_size)
-    op = nbits._Op(
+    op = nbits.NBitsArgs(
         ops["B"],
         ops["scales"],
         ops["zero_points"],

@@ -101,7 +101,7 @@ def test_v2_order_is_the_documented_one(bits, zp_kind, K, bs, bias):
     A[1, :bs] *= 1e-3                                          # blocks of different scales
     got = nbits_hw.matmul_nbits_v2(A, **ops, K=K, N=N, bits=bits, block_size=bs,
                                    accuracy_level=4)
-    op = nbits._Op(ops["B"], ops["scales"], ops["zero_points"], None, K=K, N=N, bits=bits,
+    op = nbits.NBitsArgs(ops["B"], ops["scales"], ops["zero_points"], None, K=K, N=N, bits=bits,
                    block_size=bs, dtype=np.dtype(F32))
     assert_bitexact(got, loop_int8_v2(A, op, ops["bias"]))
 
@@ -118,7 +118,7 @@ def test_v2_within_bound_of_float64(capsys):
                 A = np.random.default_rng(bits * bs).standard_normal((2, K)).astype(F32)
                 y = nbits_hw.matmul_nbits_v2(A, **ops, K=K, N=N, bits=bits, block_size=bs,
                                              accuracy_level=4)
-                op = nbits._Op(ops["B"], ops["scales"], ops["zero_points"], None, K=K, N=N,
+                op = nbits.NBitsArgs(ops["B"], ops["scales"], ops["zero_points"], None, K=K, N=N,
                                bits=bits, block_size=bs, dtype=np.dtype(F32))
                 exact, scale = v2_exact(A, op, ops["bias"])
                 ratio = np.abs(y.astype(np.float64) - exact) / scale
@@ -148,7 +148,7 @@ def test_v2_distance_to_onnx_runtime(capsys):
                         (y_ort,) = session(4, *key).run(None, {"A": A})
                         y = nbits_hw.matmul_nbits_v2(A, **c, K=K, N=ORT_N, bits=bits,
                                                      block_size=bs, accuracy_level=4)
-                        op = nbits._Op(c["B"], c["scales"], c["zero_points"], None, K=K,
+                        op = nbits.NBitsArgs(c["B"], c["scales"], c["zero_points"], None, K=K,
                                        N=ORT_N, bits=bits, block_size=bs,
                                        dtype=np.dtype(F32))
                         _, scale = v2_exact(A, op, c["bias"])
@@ -228,7 +228,7 @@ def loop_float_v2(A, op, bias):
 
 
 def v2_op(ops, K, N, bits, bs, dtype=F32):
-    return nbits._Op(ops["B"], ops["scales"], ops["zero_points"], ops["g_idx"], K=K, N=N,
+    return nbits.NBitsArgs(ops["B"], ops["scales"], ops["zero_points"], ops["g_idx"], K=K, N=N,
                      bits=bits, block_size=bs, dtype=np.dtype(dtype))
 
 

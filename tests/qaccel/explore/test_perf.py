@@ -62,3 +62,27 @@ def test_nbits_v2_call_bad_input_is_named(kwargs, exc, match):
         nbits_v2_call(config, **args)
     with pytest.raises(TypeError, match="config must be an AccelConfig"):
         nbits_v2_call({}, **args)
+
+
+def test_models_build_no_rtl(monkeypatch):
+    """The models compose the units' timing functions (each unit's own, which its properties
+    use too): no Amaranth component is made, not even for an engine of several clusters or
+    with the float path. A config the engine refuses is refused by the model alike."""
+    from amaranth.lib import wiring
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError(f"{type(self).__name__} was built")
+
+    monkeypatch.setattr(wiring.Component, "__init__", refuse)
+    for name in ("ecp5-25k", "ecp5-85k", "ecp5-85k-float"):
+        config = preset(name)
+        call = nbits_v2_call(config, M=5, N=64, K=512, bits=4, block_size=32)
+        assert call.cycles > call.macs / (config.pe * config.simd)
+        if config.float_path:
+            f = nbits_v2_call(config, M=5, N=64, K=512, bits=4, block_size=32,
+                              float_path=True, float_zero_points=True)
+            assert f.cycles > call.cycles
+    for config, match in ((AccelConfig(pe=6, simd=4), r"pe / scale_lanes .* 6 / 2"),
+                          (AccelConfig(pe=4, simd=16, clusters=2), r"clusters \(2\) need")):
+        with pytest.raises(ValueError, match=match):
+            nbits_v2_call(config, M=1, N=8, K=64, bits=4, block_size=32)

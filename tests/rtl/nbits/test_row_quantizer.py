@@ -166,7 +166,7 @@ def bfp_operands(A: np.ndarray, block_size: int):
     ``(e (rows, kb), sa (rows, kb, 4) float32, x (rows, kb, 4, block_size) int8)``."""
     rows, k = A.shape
     kb = -(-k // block_size)
-    op = nbits._Op(np.zeros((1, kb, block_size // 2), np.uint8), np.ones((1, kb), F32), None,
+    op = nbits.NBitsArgs(np.zeros((1, kb, block_size // 2), np.uint8), np.ones((1, kb), F32), None,
                    None, K=k, N=1, bits=4, block_size=block_size, dtype=np.dtype(F32))
     fo = float_operands(np.ascontiguousarray(A), op)
     return fo.e, fo.sa, fo.x
