@@ -31,7 +31,7 @@ from qaccel import onnx_models
 from qaccel.model.validate import check_int
 
 __all__ = ["BenchCase", "BenchRow", "cpu_info", "format_table", "golden_cases", "kernel_tier",
-           "run_cases", "thread_scaling"]
+           "run_cases", "thread_scaling", "time_call"]
 
 #: Target ratios qaccel / ORT: Q/DQ lines, MatMulNBits lines.
 QDQ_TARGET = 1.0
@@ -227,6 +227,27 @@ def _wait_idle(timeout: float = 1.0) -> None:
             return
 
 
+def _timed_call(fn: Callable[[], object], settle: bool) -> float:
+    """Seconds of one call of ``fn``; with ``settle``, once the process is idle and after
+    one untimed call (warm caches, ORT's threads asleep)."""
+    if settle:
+        _wait_idle()
+        fn()
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def time_call(fn: Callable[[], object], *, repeat: int = DEFAULT_REPEAT,
+              settle: bool = True) -> float:
+    """The median seconds of ``repeat`` calls of ``fn``, each timed as :func:`run_cases`
+    times a side (after one warm-up call): the timer of ``qaccel bench`` for one callable,
+    e.g. an ORT session's ``run`` in a notebook."""
+    check_int("repeat", repeat, 1)
+    fn()
+    return statistics.median(_timed_call(fn, settle) for _ in range(repeat))
+
+
 def run_cases(
     cases: list[BenchCase], *, repeat: int = DEFAULT_REPEAT, progress=None,
     settle: bool = True, threads: int = 0
@@ -247,12 +268,7 @@ def run_cases(
             times = {"qaccel": [], "ort": []}
             for _ in range(repeat):
                 for label, fn in (("qaccel", case.qaccel), ("ort", case.ort)):
-                    if settle:
-                        _wait_idle()
-                        fn()
-                    t0 = time.perf_counter()
-                    fn()
-                    times[label].append(time.perf_counter() - t0)
+                    times[label].append(_timed_call(fn, settle))
             ratios = tuple(q / o for q, o in zip(times["qaccel"], times["ort"], strict=True))
             rows.append(BenchRow(case.name, 1e3 * statistics.median(times["qaccel"]),
                                  1e3 * statistics.median(times["ort"]), case.target,

@@ -1,6 +1,7 @@
 """The benchmark and the command line, on small sizes (timings are not asserted)."""
 
 import re
+import time
 
 import numpy as np
 import pytest
@@ -42,6 +43,26 @@ def test_bench_threads_and_repeat():
         bench.run_cases([case], repeat=0)
     with pytest.raises(ValueError, match=r"threads must be in \[0, inf\], not -1"):
         bench.run_cases([case], threads=-1)
+
+
+def test_time_call_is_the_median_of_single_calls():
+    """time_call: one warm-up call, then per round an untimed and a timed call (settled) or
+    just the timed one; the median of the timed ones."""
+    calls = []
+    durations = iter([0.0, 0.004, 0.001, 0.003])
+
+    def fn():
+        calls.append(1)
+        if len(calls) > 1:
+            time.sleep(next(durations))
+
+    t = bench.time_call(fn, repeat=4, settle=False)
+    assert len(calls) == 5 and 0.0015 < t < 0.0035 + 0.002
+    calls.clear()
+    durations = iter([0.0] * 6)
+    assert bench.time_call(fn, repeat=3) < 0.002 and len(calls) == 7
+    with pytest.raises(ValueError, match="repeat must be in"):
+        bench.time_call(fn, repeat=0)
 
 
 def test_cpu_info_names_a_tier():
