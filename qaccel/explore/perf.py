@@ -1,4 +1,3 @@
-# amaranth: UnusedElaboratable=no
 """Performance models: the cycles of a call on the MatMulNBits engine and on the elementwise
 units, with streams that never stall.
 
@@ -16,6 +15,8 @@ from dataclasses import dataclass
 
 from qaccel.model.config import AccelConfig
 from qaccel.model.validate import check_bool, check_int, check_int_choice, check_power_of_two
+from qaccel.rtl.elementwise.dequantize import Dequantize
+from qaccel.rtl.elementwise.quantize import Quantize
 from qaccel.rtl.nbits import row_quantizer
 from qaccel.rtl.nbits.matmul_nbits_v2 import engine_timing
 
@@ -67,8 +68,9 @@ def elementwise_call(config: AccelConfig, op: str, jobs) -> ElementwiseCall:
     Per job: ``table_entries`` writes (:meth:`~qaccel.rtl.elementwise.unit.Elementwise.load_cycles`)
     and the ``start`` strobe, the unit's ``start_latency`` (the index generator's, or the
     table preparation's), ``ceil(elements / lanes)`` beats at one per cycle, and the unit's
-    ``latency`` (the :class:`~qaccel.rtl.elementwise.quantize.Quantize` / ``Dequantize`` unit's own
-    attributes; DirectML runs on the Quantize unit). Exact against the RTL
+    ``latency`` (the :class:`~qaccel.rtl.elementwise.quantize.Quantize` / ``Dequantize`` unit's
+    :meth:`~qaccel.rtl.elementwise.unit.Elementwise.timing`, which builds nothing; DirectML runs
+    on the Quantize unit). Exact against the RTL
     (tests/qaccel/engine/test_rtl_engine.py::test_elementwise_cycles_equal_the_model).
     """
     if not isinstance(config, AccelConfig):
@@ -85,11 +87,7 @@ def elementwise_call(config: AccelConfig, op: str, jobs) -> ElementwiseCall:
             raise TypeError(f"jobs[{j}] must be an (elements, table_entries) pair, not {job!r}")
         check_int(f"jobs[{j}] elements", job[0], 1)
         check_int(f"jobs[{j}] table_entries", job[1], 1, config.table_depth)
-    if op == "dequantize":
-        from qaccel.rtl.elementwise.dequantize import Dequantize as unit_class
-    else:
-        from qaccel.rtl.elementwise.quantize import Quantize as unit_class
-    unit = unit_class(config)
+    unit = (Dequantize if op == "dequantize" else Quantize).timing(config)
     beats = sum(-(-e // config.lanes) for e, _ in jobs)
     load = sum(unit.load_cycles(t) for _, t in jobs)
     fixed = len(jobs) * (unit.start_latency + unit.latency)

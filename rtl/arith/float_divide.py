@@ -168,12 +168,22 @@ class FloatDivide(QuotientPorts, wiring.Component):
     @property
     def stages(self) -> int:
         """Pipeline stages of the digit recurrence: ``ceil((q_width + 1) / bits_per_stage)``."""
-        return -(-(self._q_width + 1) // self._bits_per_stage)
+        return self.stages_for(q_width=self._q_width, bits_per_stage=self._bits_per_stage)
 
     @property
     def latency(self) -> int:
         """Cycles from ``a`` and ``b`` to their quotient on ``q``: :attr:`stages` ``+ 1``."""
-        return self.stages + 1
+        return self.latency_for(q_width=self._q_width, bits_per_stage=self._bits_per_stage)
+
+    @staticmethod
+    def stages_for(*, q_width: int, bits_per_stage: int = 1) -> int:
+        """:attr:`stages` of a divider with these (valid) parameters, without building it."""
+        return -(-(q_width + 1) // bits_per_stage)
+
+    @staticmethod
+    def latency_for(*, q_width: int, bits_per_stage: int = 1) -> int:
+        """:attr:`latency` of a divider with these (valid) parameters, without building it."""
+        return FloatDivide.stages_for(q_width=q_width, bits_per_stage=bits_per_stage) + 1
 
     def elaborate(self, platform):
         m = Module()

@@ -16,6 +16,15 @@ __all__ = ["IntDiff"]
 _F32_SIG = 24
 
 
+def _plan(types) -> tuple[tuple[QType, ...], bool]:
+    """``types`` decoded, and whether they need the int32 rounding; ValueError unless they
+    are integer types."""
+    ts = tuple(decode_type(t) for t in types)
+    if not ts or not all(isinstance(t, QType) and t.is_int for t in ts):
+        raise ValueError(f"types must be integer types, not {types!r}")
+    return ts, any(t.bits - t.signed > _F32_SIG for t in ts)
+
+
 class IntDiff(wiring.Component):
     """``d = x - zero_point`` (``x`` alone when ``use_zp`` is 0) for codes of a run-time selected
     integer type, exact: ``neg`` is ``d < 0``, ``mag`` is ``|d|``, ``zero`` is ``d == 0``.
@@ -62,13 +71,10 @@ class IntDiff(wiring.Component):
     """
 
     def __init__(self, types):
-        ts = tuple(decode_type(t) for t in types)
-        if not ts or not all(isinstance(t, QType) and t.is_int for t in ts):
-            raise ValueError(f"types must be integer types, not {types!r}")
+        ts, self._round = _plan(types)
         self._types = ts
         bits = max(t.bits for t in ts)
-        self._round = any(t.bits - t.signed > _F32_SIG for t in ts)
-        self._width = bits + self._round
+        self._width = self.width_for(ts)
         super().__init__({
             "x": In(unsigned(bits)),
             "zero_point": In(unsigned(bits)),
@@ -90,7 +96,18 @@ class IntDiff(wiring.Component):
 
     @property
     def latency(self) -> int:
-        return 3 if self._round else 1
+        return self.latency_for(self._types)
+
+    @staticmethod
+    def width_for(types) -> int:
+        """:attr:`width` of a unit carrying ``types``, without building it."""
+        ts, rounds = _plan(types)
+        return max(t.bits for t in ts) + rounds
+
+    @staticmethod
+    def latency_for(types) -> int:
+        """:attr:`latency` of a unit carrying ``types``, without building it."""
+        return 3 if _plan(types)[1] else 1
 
     def elaborate(self, platform):
         m = Module()

@@ -15,6 +15,18 @@ __all__ = ["IntScaleMul"]
 _F32_SIG = 24                   # float32 significand, hidden bit included
 
 
+def _pre_shift(width: int) -> bool:
+    """Whether ``|d|`` of ``width`` bits is normalised before the multiplier."""
+    return 2 * width <= MULT_WIDTH
+
+
+def _mul_latency(sig_width: int) -> int:
+    """Cycles of the product of ``|d|`` and the scale's top ``sig_width`` significand bits,
+    operand registers included: a second stage sums two 18-bit slices."""
+    slices = -(-sig_width // MULT_WIDTH)
+    return 2 if sig_width <= 2 or slices == 1 else 3
+
+
 def _leading_zeros(bits, limit: int) -> tuple[Value, Value]:
     """``(count, all_zero)`` of ``bits``' top ``limit`` bits (``limit`` a power of two):
     their leading zeros, valid when ``all_zero`` is 0, as a tree of 2:1 multiplexers."""
@@ -126,9 +138,8 @@ class IntScaleMul(wiring.Component):
         self._width = check_int("width", width, 2, MULT_WIDTH)
         self._ecp5 = check_bool("ecp5", ecp5)
         self._sig_width = check_int("sig_width", sig_width, 1, _F32_SIG)
-        self._pre_shift = 2 * self._width <= MULT_WIDTH
-        slices = -(-self._sig_width // MULT_WIDTH)
-        self._mul_latency = 2 if self._sig_width <= 2 or slices == 1 else 3
+        self._pre_shift = _pre_shift(self._width)
+        self._mul_latency = _mul_latency(self._sig_width)
         super().__init__({
             "mag": In(unsigned(self._width)),
             "neg": In(1),
@@ -154,7 +165,13 @@ class IntScaleMul(wiring.Component):
     def latency(self) -> int:
         """Cycles from the inputs to ``y``: the product's 2 or 3 (operand registers
         included), 3 after it, and with ``pre_shift`` 1 more before it."""
-        return self._mul_latency + 3 + self._pre_shift
+        return self.latency_for(width=self._width, sig_width=self._sig_width)
+
+    @staticmethod
+    def latency_for(*, width: int, sig_width: int = _F32_SIG) -> int:
+        """:attr:`latency` of a unit with these (valid) parameters, without building it
+        (``ecp5`` builds have the same)."""
+        return _mul_latency(sig_width) + 3 + _pre_shift(width)
 
     def _product(self, m: Module, a, sig, width: int):
         """``a * sig`` (``width`` bits kept), :attr:`_mul_latency` cycles later."""

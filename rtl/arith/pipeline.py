@@ -10,8 +10,8 @@ from types import SimpleNamespace
 from amaranth.hdl import Const, Module, Signal, Value, unsigned
 from amaranth.lib.memory import Memory
 
-__all__ = ["KEEP_ATTR", "RAM_DELAY_BITS", "choice_index", "choose", "delay", "field_width",
-           "line", "local_copy", "signed_width", "stage"]
+__all__ = ["KEEP_ATTR", "RAM_DELAY_BITS", "check_latencies", "choice_index", "choose", "delay",
+           "field_width", "line", "local_copy", "signed_width", "stage"]
 
 #: Attribute marking a register that synthesis must keep even where an identical one exists
 #: (:func:`local_copy`; ``qaccel.eda.synth`` sets Yosys's ``keep`` on the flip-flops driving it).
@@ -42,6 +42,16 @@ def choice_index(choices: tuple, choice) -> int:
         raise ValueError(f"fmt must be one of {', '.join(c.name for c in choices)}, "
                          f"not {choice.name!r}")
     return choices.index(choice)
+
+
+def check_latencies(owner: str, planned: dict[str, int], units: dict) -> None:
+    """Raise RuntimeError (an internal error) unless the units built (the values of ``units``
+    that are not None, by name) are those of ``planned``, each of its planned ``latency``: a
+    unit whose cycles are planned before its sub-units are built checks them with this."""
+    built = {name: unit.latency for name, unit in units.items() if unit is not None}
+    if built != planned:
+        raise RuntimeError(f"internal error: {owner} built units of latencies {built}, "
+                           f"planned {planned}")
 
 
 def choose(m: Module, sel, values, shape, name: str) -> Value:

@@ -99,12 +99,22 @@ class Reciprocal(wiring.Component):
     @property
     def cycles(self) -> int:
         """Iteration cycles: ``ceil(r_width / bits_per_cycle)``."""
-        return -(-self._r_width // self._bits_per_cycle)
+        return self.cycles_for(r_width=self._r_width, bits_per_cycle=self._bits_per_cycle)
 
     @property
     def latency(self) -> int:
         """Cycles from ``start`` to ``done``: :attr:`cycles` ``+ 1``."""
-        return self.cycles + 1
+        return self.latency_for(r_width=self._r_width, bits_per_cycle=self._bits_per_cycle)
+
+    @staticmethod
+    def cycles_for(*, r_width: int, bits_per_cycle: int = 1) -> int:
+        """:attr:`cycles` of a unit with these (valid) parameters, without building it."""
+        return -(-r_width // bits_per_cycle)
+
+    @staticmethod
+    def latency_for(*, r_width: int, bits_per_cycle: int = 1) -> int:
+        """:attr:`latency` of a unit with these (valid) parameters, without building it."""
+        return Reciprocal.cycles_for(r_width=r_width, bits_per_cycle=bits_per_cycle) + 1
 
     def elaborate(self, platform):
         m = Module()

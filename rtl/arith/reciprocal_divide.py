@@ -293,21 +293,39 @@ class ReciprocalDivide(QuotientPorts, wiring.Component):
         if max_dsps is not None:
             check_int("max_dsps", max_dsps, 0)
         self._ecp5 = check_bool("ecp5", ecp5)
+        self._mul, self._back = self._products(a_width, b_width, q_width, max_dsps)
+        super().__init__({**members, "r": In(unsigned(q_width + 1))})
+
+    @staticmethod
+    def _products(a_width: int, b_width: int, q_width: int,
+                  max_dsps: int | None) -> tuple[_ProductSlice, _ProductSlice]:
+        """The plans of ``a' * r`` and ``q1 * d mod 2**w``, within ``max_dsps`` MULT18X18D."""
         n = min(a_width, q_width + b_width)            # width of a'
         w = b_width + 1
         lut_bits = LUT_TILE_BITS
         while True:
             # q1 = floor((a' * r + 2**n) / 2**n), z = q1 * d - a_low (mod 2**w)
-            self._mul = _ProductSlice(n, q_width + 1, n, n + q_width + 2, const=1 << n,
-                                      lut_bits=lut_bits)
-            self._back = _ProductSlice(q_width + 2, b_width, 0, w,
-                                       w if q_width + b_width - n < w else 0,
-                                       lut_bits=lut_bits)
-            dsp_tiles = [t[1] * t[3] for t in self._mul.tiles + self._back.tiles if not t[-1]]
+            mul = _ProductSlice(n, q_width + 1, n, n + q_width + 2, const=1 << n,
+                                lut_bits=lut_bits)
+            back = _ProductSlice(q_width + 2, b_width, 0, w,
+                                 w if q_width + b_width - n < w else 0, lut_bits=lut_bits)
+            dsp_tiles = [t[1] * t[3] for t in mul.tiles + back.tiles if not t[-1]]
             if max_dsps is None or len(dsp_tiles) <= max_dsps:
-                break
+                return mul, back
             lut_bits = min(dsp_tiles)                   # the smallest DSP tiles into LUTs
-        super().__init__({**members, "r": In(unsigned(q_width + 1))})
+
+    @staticmethod
+    def _cycles(mul: _ProductSlice, back: _ProductSlice) -> int:
+        """The latency: the two products, the correction and the normalisation registers."""
+        return mul.cycle + back.cycle + 3
+
+    @staticmethod
+    def latency_for(*, a_width: int, b_width: int, q_width: int,
+                    max_dsps: int | None = None) -> int:
+        """:attr:`latency` of a divider with these (valid) parameters, without building it
+        (``ecp5`` builds have the same)."""
+        return ReciprocalDivide._cycles(
+            *ReciprocalDivide._products(a_width, b_width, q_width, max_dsps))
 
     @property
     def r_width(self) -> int:
@@ -322,7 +340,7 @@ class ReciprocalDivide(QuotientPorts, wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from ``a``, ``b`` and ``r`` to their quotient on ``q``."""
-        return self._mul.cycle + self._back.cycle + 3
+        return self._cycles(self._mul, self._back)
 
     def elaborate(self, platform):
         m = Module()

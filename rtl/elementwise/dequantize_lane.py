@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
@@ -19,18 +21,21 @@ from qaccel.rtl.arith.float_round import LATENCIES as ROUND_LATENCIES
 from qaccel.rtl.arith.float_round import FloatRound
 from qaccel.rtl.arith.float_round import min_exp_width as round_exp_width
 from qaccel.rtl.arith.float_unpack import FloatClass
+from qaccel.rtl.arith.fp32_narrow import LATENCY as NARROW_LATENCY
 from qaccel.rtl.arith.fp32_narrow import Fp32Narrow
 from qaccel.rtl.arith.int_diff import IntDiff
 from qaccel.rtl.arith.int_scale_mul import IntScaleMul
 from qaccel.rtl.arith.int_to_float import IntToFloat
-from qaccel.rtl.arith.pipeline import delay, field_width, line
+from qaccel.rtl.arith.pipeline import check_latencies, delay, field_width, line
 from qaccel.rtl.arith.wide_float import wide_float_layout
+from qaccel.rtl.elementwise.scale_to_f32 import LATENCY as SCALE32_LATENCY
 from qaccel.rtl.elementwise.scale_to_f32 import ScaleToF32
 
 __all__ = ["DequantizeLane", "dequantize_lane_regs", "dq_scales"]
 
 #: The arithmetic units' deepest pipelines: one compare, shift or add per stage.
 ROUND_LATENCY = max(ROUND_LATENCIES)
+MUL_LATENCY = max(MUL_LATENCIES)
 DECODE_LATENCY = 4
 I2F_LATENCY = 3
 
@@ -113,78 +118,116 @@ class DequantizeLane(wiring.Component):
     """
 
     def __init__(self, config: AccelConfig, *, ecp5: bool = False):
-        if not isinstance(config, AccelConfig):
-            raise TypeError(f"config must be an AccelConfig, not {config!r}")
+        self._plan = p = self.plan(config)
         self._config = c = config
         self._ecp5 = check_bool("ecp5", ecp5)
-        scales = dq_scales(c)
-        if not scales:
-            raise ValueError(f"config.scales must include a float type for dequantisation, "
-                             f"not {c.scales}")
-        ins = [decode_type(t) for t in c.dq_inputs]
-        # Integer inputs of at most 16 bits: the exact difference x - zero_point times the
-        # scale widened to float32, rounded once (IntScaleMul); the other types (float8 /
-        # float4 codes, int32 with its float32 rounding and float64 product) need the
-        # general path below.
-        self._int_path = all(isinstance(t, QType) and t.bits <= 16 for t in ins)
+        self._int_path = p.int_path
         for name in _UNITS:
             setattr(self, f"_{name}", None)
         self._payload = False
         if self._int_path:
-            self._init_int(c, scales)
+            self._init_int(c, p.scales)
         else:
-            self._init_general(c, scales, ins)
+            self._init_general(c, p.scales, p.ins)
+        check_latencies(type(self).__name__, p.units,
+                        {name: getattr(self, f"_{name}") for name in _UNITS})
         out_bits = max(FORMATS[t].bits for t in c.dq_outputs)
         super().__init__({
             "regs": In(dequantize_lane_regs(c)),
-            "x": In(unsigned(max(t.bits for t in ins))),
-            "zero_point": In(unsigned(max(t.bits for t in ins))),
-            "scale": In(unsigned(max(decode_type(t).bits for t in scales))),
+            "x": In(unsigned(max(t.bits for t in p.ins))),
+            "zero_point": In(unsigned(max(t.bits for t in p.ins))),
+            "scale": In(unsigned(max(decode_type(t).bits for t in p.scales))),
             "y": Out(unsigned(out_bits)),
         })
+
+    @classmethod
+    def plan(cls, config: AccelConfig) -> SimpleNamespace:
+        """The lane for ``config`` without building it (``ecp5`` builds have the same cycles):
+        ``scales`` (:func:`dq_scales`), ``ins`` (the input types), ``int_path``; ``units``, the
+        latency of each sub-unit built (by the name of its attribute without the ``_``);
+        ``latency``; on the general path ``front`` (``x`` to the multiplier's operand),
+        ``ints``, ``floats`` and ``wide``; ``prep`` None (no table preparation).
+
+        Raises TypeError unless ``config`` is an :class:`~qaccel.model.config.AccelConfig`,
+        ValueError if it carries no float scale type."""
+        if not isinstance(config, AccelConfig):
+            raise TypeError(f"config must be an AccelConfig, not {config!r}")
+        c = config
+        p = SimpleNamespace(scales=dq_scales(c), prep=None)
+        if not p.scales:
+            raise ValueError(f"config.scales must include a float type for dequantisation, "
+                             f"not {c.scales}")
+        p.ins = [decode_type(t) for t in c.dq_inputs]
+        # Integer inputs of at most 16 bits: the exact difference x - zero_point times the
+        # scale widened to float32, rounded once (IntScaleMul); the other types (float8 /
+        # float4 codes, int32 with its float32 rounding and float64 product) need the
+        # general path.
+        p.int_path = all(isinstance(t, QType) and t.bits <= 16 for t in p.ins)
+        u = p.units = {}
+        if p.int_path:
+            p.imul_sig = max(_SCALE_SIG[t] for t in p.scales)
+            u.update(diff=IntDiff.latency_for(c.dq_inputs), scale32=SCALE32_LATENCY,
+                     imul=IntScaleMul.latency_for(width=IntDiff.width_for(c.dq_inputs),
+                                                  sig_width=p.imul_sig))
+            if c.dq_outputs != ("float32",):
+                u["narrow"] = NARROW_LATENCY
+            # a narrowed result is registered once more on y
+            p.latency = u["diff"] + u["imul"] + (u["narrow"] + 1 if "narrow" in u else 0)
+            return p
+        p.ints = tuple(t.name for t in p.ins if isinstance(t, QType))
+        p.floats = tuple(t.name for t in p.ins if not isinstance(t, QType))
+        if p.ints:
+            u.update(diff=IntDiff.latency_for(p.ints), i2f=I2F_LATENCY)
+        if p.floats:
+            u["dec_x"] = DECODE_LATENCY
+        u.update(dec_s=DECODE_LATENCY, mul=MUL_LATENCY, round_p=ROUND_LATENCY)
+        # Stages built only when a carried type needs them: int32 brings the float64 product
+        # (``wide``), and with a bfloat16 output its second rounding through float32; a
+        # float32-only output needs no rounding after the product's.
+        p.wide = "int32" in c.dq_inputs
+        if p.wide and "bfloat16" in c.dq_outputs:
+            u["round_b"] = ROUND_LATENCY
+        if p.wide or c.dq_outputs != ("float32",):
+            u["round_out"] = ROUND_LATENCY
+        p.front = max(u.get("diff", 0) + u.get("i2f", 0), u.get("dec_x", 0))
+        # the product and its roundings, then the output register
+        p.latency = 1 + p.front + sum(u.get(k, 0) for k in ("mul", "round_p", "round_b",
+                                                          "round_out"))
+        return p
 
     def _init_int(self, c: AccelConfig, scales) -> None:
         """The integer path's units (see :meth:`_elaborate_int`)."""
         self._diff = IntDiff(c.dq_inputs)
         self._scale32 = ScaleToF32(scales)
-        self._imul = IntScaleMul(width=self._diff.width,
-                                 sig_width=max(_SCALE_SIG[t] for t in scales), ecp5=self._ecp5)
-        if c.dq_outputs != ("float32",):
+        self._imul = IntScaleMul(width=self._diff.width, sig_width=self._plan.imul_sig,
+                                 ecp5=self._ecp5)
+        if "narrow" in self._plan.units:
             self._narrow = Fp32Narrow()
-        self._latency = self._diff.latency + self._imul.latency + (
-            self._narrow.latency + 1 if self._narrow is not None else 0)
 
     def _init_general(self, c: AccelConfig, scales, ins) -> None:
         """The general path's units (see :meth:`_elaborate_general`)."""
+        p = self._plan
         self._exp = max(decode_exp_width(ins), decode_exp_width(
             [decode_type(t) for t in scales]) - 1, round_exp_width([FORMATS["float64"]]) - 2)
         E = self._exp
-        ints = tuple(t.name for t in ins if isinstance(t, QType))
-        floats = tuple(t.name for t in ins if not isinstance(t, QType))
         # x - zero_point: an integer x's exact difference (int32's x rounded to float32
         # first), converted once; a float8 / float4 x as it is (its zero point is ignored)
         widths = []
-        if ints:
-            self._diff = IntDiff(ints)
+        if p.ints:
+            self._diff = IntDiff(p.ints)
             self._i2f = IntToFloat(width=self._diff.width, exp_width=E + 1,
                                    latency=I2F_LATENCY)
             widths.append(self._diff.width)
-        if floats:
-            widths.append(decode_sig_width([decode_type(t) for t in floats]))
-            self._dec_x = Decode(floats, sig_width=widths[-1], exp_width=E + 1,
+        if p.floats:
+            widths.append(decode_sig_width([decode_type(t) for t in p.floats]))
+            self._dec_x = Decode(p.floats, sig_width=widths[-1], exp_width=E + 1,
                                  latency=DECODE_LATENCY)
-        self._front = max(
-            self._diff.latency + self._i2f.latency if ints else 0,
-            self._dec_x.latency if floats else 0)
         D = max(widths)
         # the multiplier: the widest scale significand (float8e8m0's is one bit) times the
         # difference
         S = decode_sig_width([decode_type(t) for t in scales])
         self._dec_s = Decode(scales, sig_width=S, exp_width=E + 1, latency=DECODE_LATENCY)
-        # Stages built only when a carried type needs them: int32 brings the float64 product
-        # (``wide``), and with a bfloat16 output its second rounding through float32; a
-        # float32-only output needs no rounding after the product's.
-        self._wide = "int32" in c.dq_inputs
+        self._wide = p.wide
         # The product keeps the first rounding's widest significand (R bits: float64's with
         # int32, float32's otherwise), a round bit and a sticky bit (FloatMul's out_width),
         # which round as the exact product does; the first rounding's result is exact in R
@@ -193,15 +236,15 @@ class DequantizeLane(wiring.Component):
         R = 53 if self._wide else 24
         self._mul = FloatMul(a_width=S, b_width=D, exp_width=E + 1,
                              out_width=R + 1 if D + S > R + 1 else None,
-                             latency=max(MUL_LATENCIES))
+                             latency=MUL_LATENCY)
         wide = ("float32", "float64")
         self._round_p = FloatRound(wide if self._wide else ("float32",),
                                    sig_width=max(self._mul.out_width, R), exp_width=E + 2,
                                    latency=ROUND_LATENCY)
-        if self._wide and "bfloat16" in c.dq_outputs:
+        if "round_b" in p.units:
             self._round_b = FloatRound(wide, sig_width=R, exp_width=E + 2,
                                        latency=ROUND_LATENCY)
-        if self._wide or c.dq_outputs != ("float32",):
+        if "round_out" in p.units:
             self._round_out = FloatRound(c.dq_outputs, sig_width=R, exp_width=E + 2,
                                          latency=ROUND_LATENCY)
         # A NaN scale's payload survives to float32 and float16 outputs (quieted, truncated),
@@ -209,8 +252,6 @@ class DequantizeLane(wiring.Component):
         # canonical ones FloatRound gives.
         self._payload = (any(t in ("float32", "float16", "bfloat16") for t in scales)
                          and any(t in ("float32", "float16") for t in c.dq_outputs))
-        self._latency = 1 + self._front + sum(u.latency for u in (
-            self._mul, self._round_p, self._round_b, self._round_out) if u is not None)
 
     def _nan_payload(self, m: Module, code) -> Signal:
         """``code`` with a NaN scale's payload: the scale's mantissa widened to float32's 23
@@ -227,7 +268,7 @@ class DequantizeLane(wiring.Component):
                         m.d.comb += payload.eq(self.scale[:f.mbits] << (23 - f.mbits))
         nan = self._dec_s.o.cls == FloatClass.NAN
         d = self._dec_s.latency
-        late = line(m, Cat(delay(m, payload, d, "payload"), nan), self._latency - 1 - d,
+        late = line(m, Cat(delay(m, payload, d, "payload"), nan), self._plan.latency - 1 - d,
                     "payload")
         out = Signal.like(code)
         m.d.comb += out.eq(code)
@@ -248,7 +289,7 @@ class DequantizeLane(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from ``x``/``scale``/``zero_point``/``regs`` to ``y``."""
-        return self._latency
+        return self._plan.latency
 
     def elaborate(self, platform):
         m = Module()
@@ -314,7 +355,7 @@ class DequantizeLane(wiring.Component):
         m.d.comb += [dec_s.code.eq(self.scale), dec_s.fmt.eq(regs.s_fmt)]
         diff, i2f, dec_x = self._diff, self._i2f, self._dec_x
         ints = diff.types if diff is not None else ()
-        lat = self._front
+        lat = self._plan.front
         b = Signal(self._mul.b.shape())
         is_int = Signal()
         with m.Switch(regs.x_fmt):

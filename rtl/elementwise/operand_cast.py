@@ -81,7 +81,12 @@ class OperandCast(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from ``code`` to ``o``."""
-        return self._decode.latency + (self._round.latency if self._round else 0)
+        return self.latency_for(cast=self._round is not None)
+
+    @staticmethod
+    def latency_for(*, cast: bool) -> int:
+        """:attr:`latency` of a unit built with ``cast``, without building it."""
+        return DECODE_LATENCY + (ROUND_LATENCY if cast else 0)
 
     def elaborate(self, platform):
         m = Module()

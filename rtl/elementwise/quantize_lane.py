@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
@@ -21,7 +23,7 @@ from qaccel.rtl.arith.float_round import min_exp_width as round_exp_width
 from qaccel.rtl.arith.float_to_int import LATENCIES as TO_INT_LATENCIES
 from qaccel.rtl.arith.float_to_int import FloatToInt
 from qaccel.rtl.arith.float_unpack import FloatClass
-from qaccel.rtl.arith.pipeline import choose, delay, field_width, stage
+from qaccel.rtl.arith.pipeline import check_latencies, choose, delay, field_width, stage
 from qaccel.rtl.arith.pow2_divide import Pow2Divide
 from qaccel.rtl.arith.reciprocal_divide import ReciprocalDivide
 from qaccel.rtl.arith.significand_round import SignificandRound
@@ -39,6 +41,10 @@ __all__ = ["QuantizeLane", "quantize_lane_regs"]
 #: The arithmetic units' deepest pipelines: one compare, shift or add per stage.
 ADD_LATENCY = max(ADD_LATENCIES)
 TO_INT_LATENCY = max(TO_INT_LATENCIES)
+
+#: The lane's units (attributes ``_<name>``, None when not built; submodules ``<name>``).
+_UNITS = ("op_x", "op_s", "div", "pow2", "round_q", "to_int", "dec_zp", "add_zp", "round_c",
+          "round_32", "round_out")
 
 
 def quantize_lane_regs(config: AccelConfig) -> data.StructLayout:
@@ -115,29 +121,13 @@ class QuantizeLane(wiring.Component):
     """
 
     def __init__(self, config: AccelConfig, *, ecp5: bool = False):
-        if not isinstance(config, AccelConfig):
-            raise TypeError(f"config must be an AccelConfig, not {config!r}")
+        self._plan = p = self.plan(config)
         self._config = c = config
         self._ecp5 = check_bool("ecp5", ecp5)
-        outs = [QTYPES[t] for t in c.q_outputs]
-        self._int_outs = [q for q in outs if q.is_int]
-        self._float_outs = [FORMATS[q.name] for q in outs if not q.is_int]
-        self._has_fp4 = "float4e2m1" in c.q_outputs
-        self._casts = cast_precisions(c.precisions)
-        # the casts are built only if some carried x or scale type is not exact in some
-        # carried precision (float32 / float16 / bfloat16 / float8e8m0 in float32 are)
-        self._cast_needed = any(not exact_in(decode_type(t), FORMATS[p])
-                                for t in {*c.q_inputs, *c.scales} for p in self._casts)
-        self._computes = ("float32", "float64") if "float64" in c.precisions else ("float32",)
-
-        ops = [decode_type(t) for t in {*c.q_inputs, *c.scales}]
-        self._sig = max(decode_sig_width(ops), 24)
-        prec_exp = round_exp_width([FORMATS[p] for p in (*c.precisions, *self._computes)])
-        self._exp = max(decode_exp_width(ops), round_exp_width(
-            [FORMATS[p] for p in self._casts]), prec_exp - 2)
-        p_max = max(FORMATS[p].mbits + 1 for p in c.precisions)
-        self._q_width = p_max + 2
-        self._prepared = c.reciprocal_units > 0
+        self._int_outs, self._float_outs, self._has_fp4 = p.int_outs, p.float_outs, p.has_fp4
+        self._casts, self._cast_needed, self._computes = p.casts, p.cast_needed, p.computes
+        self._sig, self._exp, self._q_width = p.sig, p.exp, p.q_width
+        self._prepared, self._dec_types = p.prepared, p.dec_types
         self._build()
         scale_code = unsigned(max(decode_type(t).bits for t in c.scales))
         self._scale_code = scale_code
@@ -146,8 +136,8 @@ class QuantizeLane(wiring.Component):
             "x": In(unsigned(max(QTYPES[t].bits if t in QTYPES else FORMATS[t].bits
                                  for t in c.q_inputs))),
             "scale": In(scale_code),
-            "zero_point": In(unsigned(max(q.bits for q in outs))),
-            "y": Out(unsigned(max(q.bits for q in outs))),
+            "zero_point": In(unsigned(max(q.bits for q in p.outs))),
+            "y": Out(unsigned(max(q.bits for q in p.outs))),
         }
         if self._prepared:
             wide = wide_float_layout(self._sig, self._exp)
@@ -158,14 +148,88 @@ class QuantizeLane(wiring.Component):
             members["prep_o"] = Out(wide)
         super().__init__(members)
 
-    def _build(self):
-        """Create the sub-units (so that :attr:`latency` is known before elaboration)."""
-        c, W, E, Q = self._config, self._sig, self._exp, self._q_width
+    @classmethod
+    def plan(cls, config: AccelConfig) -> SimpleNamespace:
+        """The lane for ``config`` without building it (``ecp5`` builds have the same cycles):
+        its widths and types; ``units``, the latency of each sub-unit built (by the name of its
+        attribute without the ``_``); ``front`` (``x`` to the rounded quotient), ``div_latency``,
+        ``int_latency`` and ``float_latency`` (the output paths), ``tail`` (the longer),
+        ``latency``, ``scale_delay``; ``prep_args``, the parameters of :meth:`scale_prep`'s
+        unit that set its cycles, and ``prep``, their :meth:`ScalePrep.timing_for
+        <qaccel.rtl.elementwise.scale_prep.ScalePrep.timing_for>` (both None without prepared
+        scales). TypeError unless ``config`` is an :class:`~qaccel.model.config.AccelConfig`."""
+        if not isinstance(config, AccelConfig):
+            raise TypeError(f"config must be an AccelConfig, not {config!r}")
+        c = config
+        p = SimpleNamespace(outs=[QTYPES[t] for t in c.q_outputs])
+        p.int_outs = [q for q in p.outs if q.is_int]
+        p.float_outs = [FORMATS[q.name] for q in p.outs if not q.is_int]
+        p.has_fp4 = "float4e2m1" in c.q_outputs
+        p.casts = cast_precisions(c.precisions)
+        # the casts are built only if some carried x or scale type is not exact in some
+        # carried precision (float32 / float16 / bfloat16 / float8e8m0 in float32 are)
+        p.cast_needed = any(not exact_in(decode_type(t), FORMATS[f])
+                            for t in {*c.q_inputs, *c.scales} for f in p.casts)
+        p.computes = ("float32", "float64") if "float64" in c.precisions else ("float32",)
+
+        ops = [decode_type(t) for t in {*c.q_inputs, *c.scales}]
+        p.sig = max(decode_sig_width(ops), 24)
+        prec_exp = round_exp_width([FORMATS[f] for f in (*c.precisions, *p.computes)])
+        p.exp = max(decode_exp_width(ops), round_exp_width(
+            [FORMATS[f] for f in p.casts]), prec_exp - 2)
+        p_max = max(FORMATS[f].mbits + 1 for f in c.precisions)
+        p.q_width = p_max + 2
+        p.prepared = c.reciprocal_units > 0
         # with prepared scales, the dividend's decoder decodes the scales too while the table
         # loads (ScalePrep borrows it): it carries the scale types after the input types
-        self._dec_types = c.q_inputs
-        if self._prepared:
-            self._dec_types += tuple(s for s in c.scales if s not in c.q_inputs)
+        p.dec_types = c.q_inputs
+        if p.prepared:
+            p.dec_types += tuple(s for s in c.scales if s not in c.q_inputs)
+
+        W, Q = p.sig, p.q_width
+        u = p.units = {"op_x": OperandCast.latency_for(cast=p.cast_needed)}
+        if not p.prepared:
+            u["op_s"] = u["op_x"]
+        if any(s != "float8e8m0" for s in c.scales):
+            u["div"] = (ReciprocalDivide.latency_for(a_width=W, b_width=W, q_width=Q,
+                                                     max_dsps=c.divider_dsps)
+                        if p.prepared else
+                        FloatDivide.latency_for(q_width=Q,
+                                                bits_per_stage=c.divider_bits_per_stage))
+        if "float8e8m0" in c.scales:
+            # beside a divider its operands are registered first, at no cost in latency
+            u["pow2"] = 2 if "div" in u else 1
+        # integer outputs only: the quotient's rounding to the precision needs no subnormals
+        # or overflow (SignificandRound), else the float outputs take FloatRound's value
+        u["round_q"] = ROUND_LATENCY if p.float_outs else SignificandRound.latency
+        if p.int_outs:
+            u["to_int"] = TO_INT_LATENCY
+        if p.float_outs:
+            if p.has_fp4:
+                u.update(dec_zp=1, add_zp=ADD_LATENCY, round_c=ROUND_LATENCY)
+            if "float64" in p.computes:
+                u["round_32"] = ROUND_LATENCY
+            u["round_out"] = ROUND_LATENCY
+        p.div_latency = u.get("div", u.get("pow2"))
+        p.front = u["op_x"] + p.div_latency + u["round_q"]
+        p.int_latency = u.get("to_int", 0)
+        p.float_latency = sum(u.get(k, 0) for k in ("add_zp", "round_c", "round_32",
+                                                    "round_out"))
+        p.tail = max(p.int_latency, p.float_latency)
+        p.latency = p.front + p.tail + 1
+        p.scale_delay = u["op_x"] if p.prepared else 0
+        p.prep_args = p.prep = None
+        if p.prepared:
+            p.prep_args = dict(decode_latency=u["op_x"], r_width=Q + 1,
+                               units=c.reciprocal_units)
+            p.prep = ScalePrep.timing_for(**p.prep_args)
+        return p
+
+    def _build(self):
+        """Create the sub-units (so that :attr:`latency` is known before elaboration), as
+        :meth:`plan` lays them out; RuntimeError (an internal error) if their latencies are
+        not the planned ones."""
+        c, W, E, Q, p = self._config, self._sig, self._exp, self._q_width, self._plan
         self._op_x = OperandCast(self._dec_types, casts=self._casts, cast=self._cast_needed,
                                  sig_width=W, exp_width=E)
         self._op_s = None
@@ -173,20 +237,16 @@ class QuantizeLane(wiring.Component):
             self._op_s = OperandCast(c.scales, casts=self._casts, cast=self._cast_needed,
                                      sig_width=W, exp_width=E)
         self._div = self._pow2 = None
-        if any(s != "float8e8m0" for s in c.scales):
+        if "div" in p.units:
             if self._prepared:
                 self._div = ReciprocalDivide(a_width=W, b_width=W, q_width=Q, exp_width=E,
                                              max_dsps=c.divider_dsps, ecp5=self._ecp5)
             else:
                 self._div = FloatDivide(a_width=W, b_width=W, q_width=Q, exp_width=E,
                                         bits_per_stage=c.divider_bits_per_stage)
-        if "float8e8m0" in c.scales:
-            # beside a divider its operands are registered first, at no cost in latency
+        if "pow2" in p.units:
             self._pow2 = Pow2Divide(a_width=W, b_width=W, q_width=Q, exp_width=E,
-                                    latency=2 if self._div is not None else 1)
-        self._div_latency = (self._div or self._pow2).latency
-        # integer outputs only: the quotient's rounding to the precision needs no subnormals
-        # or overflow (SignificandRound), else the float outputs take FloatRound's value
+                                    latency=p.units["pow2"])
         if self._float_outs:
             self._round_q = FloatRound(c.precisions, sig_width=Q, exp_width=E + 2,
                                        latency=ROUND_LATENCY)
@@ -194,7 +254,6 @@ class QuantizeLane(wiring.Component):
         else:
             self._round_q = SignificandRound(c.precisions, sig_width=Q, exp_width=E + 2)
             q_sig, q_exp = self._round_q.o.sig.shape().width, E + 3
-        front = self._op_x.latency + self._div_latency + self._round_q.latency
         self._to_int = None
         if self._int_outs:
             ranges = {(q.bits, q.signed) for q in self._int_outs}
@@ -202,29 +261,24 @@ class QuantizeLane(wiring.Component):
                                       max_bits=max(q.bits for q in self._int_outs),
                                       latency=TO_INT_LATENCY,
                                       fixed_range=ranges.pop() if len(ranges) == 1 else None)
-        int_latency = self._to_int.latency if self._to_int else 0
-        float_latency = 0
         self._dec_zp = self._add_zp = self._round_c = self._round_32 = self._round_out = None
         if self._float_outs:
             if self._has_fp4:
-                self._dec_zp = Decode(("float4e2m1",), sig_width=2, exp_width=E + 2, latency=1)
+                self._dec_zp = Decode(("float4e2m1",), sig_width=2, exp_width=E + 2,
+                                      latency=p.units["dec_zp"])
                 self._add_zp = FloatAdd(a_width=Q, b_width=2, exp_width=E + 2, out_width=Q,
                                         latency=ADD_LATENCY)
                 self._round_c = FloatRound(self._computes, sig_width=Q, exp_width=E + 3,
                                            latency=ROUND_LATENCY)
-                float_latency += self._add_zp.latency + self._round_c.latency
             if "float64" in self._computes:
                 self._round_32 = FloatRound(("float32",), sig_width=Q,
                                             exp_width=E + 3 if self._has_fp4 else E + 2,
                                             latency=ROUND_LATENCY)
-                float_latency += self._round_32.latency
             self._round_out = FloatRound(self._float_outs, sig_width=Q,
                                          exp_width=E + 3 if self._has_fp4 else E + 2,
                                          latency=ROUND_LATENCY)
-            float_latency += self._round_out.latency
-        self._tail = max(int_latency, float_latency)
-        self._int_latency, self._float_latency = int_latency, float_latency
-        self._latency = front + self._tail + 1
+        check_latencies(type(self).__name__, p.units,
+                        {name: getattr(self, f"_{name}") for name in _UNITS})
 
     @property
     def config(self) -> AccelConfig:
@@ -233,13 +287,13 @@ class QuantizeLane(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from ``x`` and ``regs`` to ``y``."""
-        return self._latency
+        return self._plan.latency
 
     @property
     def scale_delay(self) -> int:
         """Cycles from ``x`` to its ``scale``, ``recip`` and ``zero_point``: 0, or with
         prepared scales the dividend's decode and cast (the table is read that much later)."""
-        return self._op_x.latency if self._prepared else 0
+        return self._plan.scale_delay
 
     def scale_prep(self, addr_width: int) -> ScalePrep | None:
         """The :class:`~qaccel.rtl.elementwise.scale_prep.ScalePrep` that fills this lane's table
@@ -247,18 +301,15 @@ class QuantizeLane(wiring.Component):
         None (the table holds the scale codes)."""
         if not self._prepared:
             return None
-        return ScalePrep(decode_latency=self._op_x.latency, sig_width=self._sig,
-                         exp_width=self._exp, r_width=self._q_width + 1, addr_width=addr_width,
-                         scale_shape=self._scale_code,
-                         zp_shape=self.signature.members["zero_point"].shape,
-                         units=self._config.reciprocal_units)
+        return ScalePrep(**self._plan.prep_args, sig_width=self._sig, exp_width=self._exp,
+                         addr_width=addr_width, scale_shape=self._scale_code,
+                         zp_shape=self.signature.members["zero_point"].shape)
 
     def elaborate(self, platform):
         m = Module()
-        c = self._config
+        c, p = self._config, self._plan
         regs = self.regs
-        for name in ("op_x", "op_s", "div", "pow2", "round_q", "to_int",
-                     "dec_zp", "add_zp", "round_c", "round_32", "round_out"):
+        for name in _UNITS:
             unit = getattr(self, f"_{name}")
             if unit is not None:
                 m.submodules[name] = unit
@@ -315,7 +366,6 @@ class QuantizeLane(wiring.Component):
                          op.keep.eq(cfg.keep)]
         a = self._op_x.o
         b = self.scale if self._prepared else self._op_s.o
-        lat = self._op_x.latency
         # 3. divide (a float8e8m0 scale: subtract its exponent), round to the precision
         quotient = Signal(self._round_q.i.shape())
         if self._div is not None:
@@ -324,12 +374,10 @@ class QuantizeLane(wiring.Component):
                 m.d.comb += self._div.r.eq(Cat(self.recip, Const(1, 1)))     # the top bit is set
         if self._pow2 is not None:
             m.d.comb += [self._pow2.a.eq(a), self._pow2.b.eq(b)]
-            pow2_q = delay(m, self._pow2.q, self._div_latency - self._pow2.latency, "pow2_q")
+            pow2_q = delay(m, self._pow2.q, p.div_latency - p.units["pow2"], "pow2_q")
             with m.If(cfg.pow2):
                 m.d.comb += quotient.eq(pow2_q)
-        lat += self._div_latency
         m.d.comb += [self._round_q.i.eq(quotient), self._round_q.fmt.eq(cfg.prec)]
-        lat += self._round_q.latency
         if self._float_outs:
             m.d.comb += self._round_q.saturate.eq(0)
             q = self._round_q.value
@@ -337,7 +385,7 @@ class QuantizeLane(wiring.Component):
             q = self._round_q.o
 
         # the zero point, next to the quotient
-        zp_code = delay(m, self.zero_point, lat - self.scale_delay, "zp")
+        zp_code = delay(m, self.zero_point, p.front - p.scale_delay, "zp")
         int_code = Signal(self.y.shape())
         float_code = Signal(self.y.shape())
         if self._to_int is not None:
@@ -349,13 +397,12 @@ class QuantizeLane(wiring.Component):
             m.d.comb += zp.eq(Mux(negative, zp_code | ~cfg.code_mask, zp_code & cfg.code_mask))
             m.d.comb += [t.i.eq(q), t.bits.eq(zp_bits), t.signed.eq(zp_signed),
                          t.zero_point.eq(zp)]
-            m.d.comb += int_code.eq(delay(m, t.code, self._tail - self._int_latency, "int_pad"))
+            m.d.comb += int_code.eq(delay(m, t.code, p.tail - p.int_latency, "int_pad"))
         if self._round_out is not None:
-            flat = lat
             v = q
             if self._add_zp is not None:
-                m.d.comb += [self._dec_zp.code.eq(delay(m, self.zero_point,
-                                                              lat - 1 - self.scale_delay, "zp4")),
+                zp4 = p.front - p.units["dec_zp"] - p.scale_delay
+                m.d.comb += [self._dec_zp.code.eq(delay(m, self.zero_point, zp4, "zp4")),
                              self._dec_zp.fmt.eq(0)]
                 use_zp = cfg.adds_zp
                 minus_zero = Signal.like(self._dec_zp.o)
@@ -364,19 +411,16 @@ class QuantizeLane(wiring.Component):
                              self._add_zp.b.eq(minus_zero)]
                 with m.If(use_zp):
                     m.d.comb += self._add_zp.b.eq(self._dec_zp.o)
-                flat += self._add_zp.latency
                 m.d.comb += [self._round_c.i.eq(self._add_zp.s), self._round_c.saturate.eq(0),
                              self._round_c.fmt.eq(cfg.no_cast if len(self._computes) > 1 else 0)]
-                flat += self._round_c.latency
                 v = self._round_c.value
             if self._round_32 is not None:
                 m.d.comb += [self._round_32.i.eq(v), self._round_32.fmt.eq(0),
                              self._round_32.saturate.eq(0)]
-                flat += self._round_32.latency
                 v = self._round_32.value
             r = self._round_out
             m.d.comb += [r.i.eq(v), r.fmt.eq(cfg.float_sel), r.saturate.eq(cfg.saturate)]
-            m.d.comb += float_code.eq(delay(m, r.code, self._tail - self._float_latency,
+            m.d.comb += float_code.eq(delay(m, r.code, p.tail - p.float_latency,
                                             "float_pad"))
         out_int = cfg.is_int
         y = Signal(self.y.shape())

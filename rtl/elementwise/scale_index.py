@@ -248,9 +248,13 @@ class ScaleIndex(wiring.Component):
     def latency(self) -> int:
         """Cycles from ``start`` to the first beat offered on ``o``: 3 for one lane, else
         ``2 * lanes + max_dims + 6`` (the walk, the lead lane's pipeline, the lanes' chain)."""
-        if self._lanes == 1:
-            return 3
-        return 2 * self._lanes + self._max_dims + 6
+        return self.latency_for(lanes=self._lanes, max_dims=self._max_dims)
+
+    @staticmethod
+    def latency_for(*, lanes: int, max_dims: int) -> int:
+        """:attr:`latency` of a generator with these (valid) parameters, without building it
+        (the widths do not change it)."""
+        return 3 if lanes == 1 else 2 * lanes + max_dims + 6
 
     def registers(self, layout: ScaleLayout) -> dict:
         """Return the register values for ``layout``: :func:`index_registers` with this

@@ -3,6 +3,8 @@ division precision and given the reciprocal of its significand, as the table is 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -63,6 +65,8 @@ class ScalePrep(wiring.Component):
         self._units = check_int("units", units, 1, 8)
         self._decode_latency = check_int("decode_latency", decode_latency, 0)
         self._recips = [Reciprocal(d_width=sig_width, r_width=r_width) for _ in range(units)]
+        self._timing = self.timing_for(decode_latency=decode_latency, r_width=r_width,
+                                       units=units)
         self._entry = prepared_entry_layout(sig_width, exp_width, r_width, zp_shape)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
@@ -84,13 +88,21 @@ class ScalePrep(wiring.Component):
     @property
     def interval(self) -> int:
         """Cycles between accepted writes, at least."""
-        return -(-self._recips[0].latency // self._units)
+        return self._timing.interval
 
     @property
     def latency(self) -> int:
         """Cycles from an accepted write to its ``w_en``: the payload register, the decode
         and cast, the reciprocal, the write register."""
-        return 1 + self._decode_latency + self._recips[0].latency + 1
+        return self._timing.latency
+
+    @staticmethod
+    def timing_for(*, decode_latency: int, r_width: int, units: int) -> SimpleNamespace:
+        """:attr:`latency` and :attr:`interval` (attributes of the result) of a unit with
+        these (valid) parameters, without building it."""
+        recip = Reciprocal.latency_for(r_width=r_width)
+        return SimpleNamespace(latency=1 + decode_latency + recip + 1,
+                               interval=-(-recip // units))
 
     def elaborate(self, platform):
         m = Module()

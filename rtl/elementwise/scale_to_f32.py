@@ -10,11 +10,13 @@ from amaranth.lib.wiring import In, Out
 from qaccel.rtl.arith.float_unpack import FloatClass, FloatUnpack
 from qaccel.rtl.arith.pipeline import field_width
 
-__all__ = ["TYPES", "ScaleToF32"]
+__all__ = ["LATENCY", "TYPES", "ScaleToF32"]
 
 #: The scale types :class:`ScaleToF32` widens.
 TYPES = ("float32", "float16", "bfloat16", "float8e8m0")
 _BITS = {"float32": 32, "float16": 16, "bfloat16": 16, "float8e8m0": 8}
+#: Cycles from ``code`` and ``fmt`` to ``f32``.
+LATENCY = 1
 
 
 class ScaleToF32(wiring.Component):
@@ -55,7 +57,8 @@ class ScaleToF32(wiring.Component):
 
     @property
     def latency(self) -> int:
-        return 1
+        """:data:`LATENCY`."""
+        return LATENCY
 
     def elaborate(self, platform):
         m = Module()

@@ -3,6 +3,8 @@ zero-point table, ``lanes`` element datapaths, output FIFO with credit-based flo
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Module, Shape, Signal, Value, unsigned
@@ -15,12 +17,64 @@ from qaccel.rtl.arith.ecp5 import DP16KD_DEPTH, DP16KD_WIDTH, bram_column_width,
 from qaccel.rtl.arith.pipeline import delay, line
 from qaccel.rtl.elementwise.scale_index import ScaleIndex
 
-__all__ = ["Elementwise"]
+__all__ = ["Elementwise", "ElementwiseTiming"]
 
 #: Cycles from an accepted beat to the lanes' inputs: the table's synchronous read, then a
 #: register on the read data (the block RAM's output is slow; decoding it in the same cycle
 #: limited Fmax).
 _TABLE_STAGES = 2
+
+
+@dataclass(frozen=True)
+class ElementwiseTiming:
+    """The cycles of an :class:`Elementwise` unit (its attributes of the same names), for one
+    configuration: :meth:`Elementwise.timing` gives them without building the unit."""
+
+    #: Cycles from an ``x`` transfer to its ``y`` beat being offered (no back-pressure).
+    latency: int
+    #: Cycles from ``start`` until the first ``x`` beat can be accepted.
+    start_latency: int
+    #: Cycles per table write at most.
+    table_interval: int
+    #: Latency of one lane's datapath.
+    lane_latency: int
+
+    def load_cycles(self, entries: int) -> int:
+        """Cycles to write ``entries`` table entries and pulse ``start``, the writes back to
+        back as ``table.ready`` allows."""
+        return (entries - 1) * self.table_interval + 2 if entries else 1
+
+
+def _compose(lane_latency: int, index_latency: int, prep) -> ElementwiseTiming:
+    """The unit's cycles from its parts': the lane's latency, the index generator's, and the
+    table preparation's ``latency`` and ``interval`` (``prep``; None without one)."""
+    return ElementwiseTiming(
+        latency=_TABLE_STAGES + lane_latency + 2,
+        # the first beat waits until the last entry is in
+        start_latency=max(index_latency, prep.latency) if prep else index_latency,
+        table_interval=prep.interval if prep else 1,
+        lane_latency=lane_latency)
+
+
+def _check_config(config) -> AccelConfig:
+    """``config``, or ``AccelConfig()`` for None; TypeError naming it otherwise."""
+    if config is None:
+        return AccelConfig()
+    if not isinstance(config, AccelConfig):
+        raise TypeError(f"config must be an AccelConfig, not {config!r}")
+    return config
+
+
+@functools.lru_cache(maxsize=256)
+def _planned(cls: type, config: AccelConfig) -> ElementwiseTiming:
+    """:meth:`Elementwise.timing` (cached: the configuration is hashable)."""
+    plan = getattr(cls.lane_class, "plan", None)
+    if plan is None:
+        raise TypeError(f"{cls.__name__}.timing needs a lane_class with a plan(config) "
+                        f"method, not {cls.lane_class!r}")
+    lane = plan(config)
+    index = ScaleIndex.latency_for(lanes=config.lanes, max_dims=config.max_dims)
+    return _compose(lane.latency, index, lane.prep)
 
 
 class Elementwise(wiring.Component):
@@ -30,7 +84,10 @@ class Elementwise(wiring.Component):
     Subclasses set :attr:`lane_class`: a component taking an
     :class:`~qaccel.model.config.AccelConfig` (and ``ecp5``), with members ``regs``, ``x``,
     ``scale``, ``zero_point`` (inputs) and ``y`` (output), no handshake, and a fixed
-    ``latency``.
+    ``latency``; for :meth:`timing`, a classmethod ``plan(config)`` whose result has the
+    lane's ``latency`` and ``prep`` (the :meth:`ScalePrep.timing_for
+    <qaccel.rtl.elementwise.scale_prep.ScalePrep.timing_for>` of its ``scale_prep``, or
+    None).
 
     A job:
 
@@ -89,10 +146,7 @@ class Elementwise(wiring.Component):
     config_part = "elementwise"
 
     def __init__(self, config: AccelConfig | None = None, *, ecp5: bool = False):
-        if config is None:
-            config = AccelConfig()
-        if not isinstance(config, AccelConfig):
-            raise TypeError(f"config must be an AccelConfig, not {config!r}")
+        config = _check_config(config)
         self._ecp5 = check_bool("ecp5", ecp5)
         self._config = c = config
         self._lanes = [self.lane_class(c, ecp5=ecp5) for _ in range(c.lanes)]
@@ -104,6 +158,12 @@ class Elementwise(wiring.Component):
         self._index = ScaleIndex(lanes=c.lanes, max_dims=c.max_dims, size_width=c.size_width,
                                  index_width=self._addr_width, count_width=c.count_width)
         self._fifo_depth = 1 << (lane.latency + 5).bit_length()
+        self._timing = _compose(lane.latency, self._index.latency, self._prep)
+        if getattr(self.lane_class, "plan", None) is not None:
+            planned = type(self).timing(c)
+            if self._timing != planned:
+                raise RuntimeError(f"internal error: {type(self).__name__} built with "
+                                   f"{self._timing}, planned {planned}")
         self._y_data = data.ArrayLayout(members["y"].shape, c.lanes)
         index_sig = self._index.signature.members
         super().__init__({
@@ -131,35 +191,46 @@ class Elementwise(wiring.Component):
         """The configuration the unit was built from."""
         return self._config
 
+    @classmethod
+    def timing(cls, config: AccelConfig | None = None) -> ElementwiseTiming:
+        """The cycles of a unit built from ``config`` (None: ``AccelConfig()``), without
+        building it or any Amaranth object: from the functions a built unit's own figures
+        come from (its constructor checks that they agree). ``ecp5`` builds have the same
+        cycles. Cached per class and configuration.
+
+        Raises TypeError if ``config`` is not an :class:`~qaccel.model.config.AccelConfig`
+        (or :attr:`lane_class` has no ``plan``), and what the lane's ``plan`` raises for a
+        configuration it cannot carry (ValueError: a Dequantize unit without a float scale
+        type)."""
+        return _planned(cls, _check_config(config))
+
     @property
     def lane_latency(self) -> int:
         """Latency of one lane's datapath."""
-        return self._lanes[0].latency
+        return self._timing.lane_latency
 
     @property
     def latency(self) -> int:
         """Cycles from an ``x`` transfer to its ``y`` beat being offered (no back-pressure)."""
-        return _TABLE_STAGES + self.lane_latency + 2
+        return self._timing.latency
 
     @property
     def start_latency(self) -> int:
         """Cycles from ``start`` until the first ``x`` beat can be accepted, ``start`` coming
         in the cycle after the last table write: the index generator's latency, or the table
         preparation's if that is longer (the first beat waits until the last entry is in)."""
-        if self._prep is None:
-            return self._index.latency
-        return max(self._index.latency, self._prep.latency)
+        return self._timing.start_latency
 
     @property
     def table_interval(self) -> int:
         """Cycles per table write at most (1; more when the entries are prepared as they are
         written: :attr:`qaccel.rtl.elementwise.scale_prep.ScalePrep.interval`)."""
-        return self._prep.interval if self._prep else 1
+        return self._timing.table_interval
 
     def load_cycles(self, entries: int) -> int:
         """Cycles to write ``entries`` table entries and pulse ``start``, the writes back to
         back as ``table.ready`` allows."""
-        return (entries - 1) * self.table_interval + 2 if entries else 1
+        return self._timing.load_cycles(entries)
 
     @property
     def fifo_depth(self) -> int:

@@ -10,6 +10,7 @@ from qaccel.explore.perf import elementwise_call, nbits_v2_call
 from qaccel.model.config import AccelConfig
 from qaccel.model.presets import preset
 from qaccel.rtl.elementwise.quantize import Quantize
+from qaccel.rtl.elementwise.unit import _planned
 
 
 def test_elementwise_call():
@@ -18,7 +19,7 @@ def test_elementwise_call():
     the qdq-int8 Quantize unit a table write every 28 cycles and the preparation's latency
     (34 cycles) before the first beat."""
     c = elementwise_call(AccelConfig(), "quantize", [(16384, 1)])
-    index = Quantize(AccelConfig())._index.latency
+    index = Quantize.timing(AccelConfig()).start_latency
     assert (c.start_latency, c.latency) == (index, 113)
     assert (c.cycles, c.load_cycles, c.beats, c.bound) == (2 + 16384 + index + 113, 2, 16384,
                                                            "stream")
@@ -66,14 +67,20 @@ def test_nbits_v2_call_bad_input_is_named(kwargs, exc, match):
 
 def test_models_build_no_rtl(monkeypatch):
     """The models compose the units' timing functions (each unit's own, which its properties
-    use too): no Amaranth component is made, not even for an engine of several clusters or
-    with the float path. A config the engine refuses is refused by the model alike."""
+    use too): no Amaranth component is made, for the elementwise units (the timing cache
+    cleared), an engine of several clusters or one with the float path. A config the engine
+    refuses is refused by the model alike."""
     from amaranth.lib import wiring
 
     def refuse(self, *args, **kwargs):
         raise AssertionError(f"{type(self).__name__} was built")
 
     monkeypatch.setattr(wiring.Component, "__init__", refuse)
+    _planned.cache_clear()                  # computed afresh below
+    for config in (AccelConfig(), preset("qdq-int8"), AccelConfig(lanes=4)):
+        for op in ("quantize", "dequantize", "dml"):
+            call = elementwise_call(config, op, [(1000, 3)])
+            assert call.cycles > call.beats + call.latency
     for name in ("ecp5-25k", "ecp5-85k", "ecp5-85k-float"):
         config = preset(name)
         call = nbits_v2_call(config, M=5, N=64, K=512, bits=4, block_size=32)
