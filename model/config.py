@@ -31,6 +31,7 @@ from .validate import check_int
 __all__ = [
     "DQ_INPUTS",
     "DQ_OUTPUTS",
+    "ENGINE_COUNT_WIDTH",
     "LANES",
     "Q_INPUTS",
     "Q_OUTPUTS",
@@ -73,6 +74,9 @@ SIMD = (1, 2, 4, 8, 16)
 M_TILES = range(1, 17)
 #: The largest MatMulNBits block size an engine takes (``max_block_size``): powers of two.
 MAX_BLOCK_SIZES = range(16, 1025)
+#: Width of the MatMulNBits engine's job registers ``k``, ``m`` and ``groups`` (and of the
+#: counters they bound), whatever the elementwise units' ``count_width``.
+ENGINE_COUNT_WIDTH = 22
 #: MatMulNBits weight widths.
 NBITS = (2, 3, 4, 5, 6, 7, 8)
 #: MatMulNBits zero points: absent (``2 ** (bits - 1)``), packed uint8 codes, or float.
@@ -265,9 +269,9 @@ class MatMulNBitsConfig:
         cycles as one slice; ``pe`` and ``scale_lanes`` must be multiples of it.
 
     The engine's job registers ``k``, ``m`` and ``groups`` are 22 bits wide
-    (:data:`qaccel.rtl.nbits.nbits_cluster.COUNT_WIDTH`), whatever the elementwise units'
-    ``count_width``.  The defaults are the ``ecp5-25k`` engine (``pe`` 32, ``simd`` 1,
-    ``m_tile`` 4, ``max_k`` 4096, ``dsp_pairs`` 12, no float path).
+    (:data:`ENGINE_COUNT_WIDTH`), whatever the elementwise units' ``count_width``. The
+    defaults are the ``ecp5-25k`` engine (``pe`` 32, ``simd`` 1, ``m_tile`` 4, ``max_k`` 4096,
+    ``dsp_pairs`` 12, no float path).
     """
 
     pe: int = 32

@@ -11,6 +11,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from qaccel.model.config import ENGINE_COUNT_WIDTH
 from qaccel.model.validate import check_bool, check_int
 from qaccel.rtl.arith.fp32_narrow import LATENCY as _OUT_ROUND_LATENCY
 from qaccel.rtl.arith.fp32_narrow import Fp32Narrow
@@ -27,7 +28,7 @@ __all__ = ["COUNT_WIDTH", "INPUT_STAGES", "OUT_FORMATS", "OUT_LATENCY", "NBitsCl
 #: ``out_fmt`` values: the type ``y`` is rounded to (A's type), by index.
 OUT_FORMATS = ("float32", "float16", "bfloat16")
 #: Width of the engine's ``k``, ``m`` and ``groups`` registers (and the counters they bound).
-COUNT_WIDTH = 22
+COUNT_WIDTH = ENGINE_COUNT_WIDTH
 _Y_FIFO = 16           # y beats reserved past the rounding (more than its latency)
 _TERM_REG = 1           # the terms' register between the hand-off and the lanes
 _CHAIN_GROUP = 4        # column pairs of a lane's block-sum chains under one sequencer replica

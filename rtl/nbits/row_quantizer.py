@@ -18,6 +18,7 @@ from amaranth.hdl import (
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from qaccel.model.config import ENGINE_COUNT_WIDTH, MAX_BLOCK_SIZES
 from qaccel.model.validate import check_bool, check_int, check_int_choice
 from qaccel.rtl.arith.ecp5 import DP16KD_DEPTH, dp16kd_sdp, product_24x24
 from qaccel.rtl.arith.pipeline import delay
@@ -26,9 +27,9 @@ __all__ = ["BFP_LATENCY", "LATENCY", "MAX_BLOCKS", "RowQuantizer", "asum_width",
            "q_beats"]
 
 #: Values of ``max_block`` :class:`RowQuantizer` supports.
-MAX_BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
+MAX_BLOCKS = tuple(b for b in MAX_BLOCK_SIZES if b & (b - 1) == 0)
 
-K_WIDTH = 22                  # width of the k and rows registers
+K_WIDTH = ENGINE_COUNT_WIDTH  # width of the k and rows registers: the engine's
 _F32_INF = 0x7F800000
 _F32_QUIET = 0x00400000
 _DIV_STEPS = 14               # radix-4 steps per division: 28 quotient bits
