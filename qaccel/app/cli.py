@@ -701,7 +701,8 @@ def _verilog(args) -> int:
     from qaccel.eda.emit import write_verilog
 
     config = _config(args, "verilog")
-    for path in write_verilog(config, args.output, ops=args.ops):
+    for path in write_verilog(config, args.output, ops=args.ops,
+                              progress=lambda line: print(line, file=sys.stderr, flush=True)):
         print(path)
     return 0
 

@@ -268,7 +268,7 @@ def test_verilog_takes_the_preset(monkeypatch, tmp_path, capsys):
 
     seen = []
 
-    def fake_write(config, output, ops):
+    def fake_write(config, output, ops, progress=None):
         seen.append((config, output, ops))
         return [f"{output}/qaccel_{op}.v" for op in ops]
 

@@ -35,7 +35,7 @@ def test_write_verilog_axis_names(tmp_path):
     paths = write_verilog(SMALL, tmp_path, ops=("quantize", "dequantize"))
     assert {p.name for p in paths} == {"qaccel_quantize.v", "qaccel_quantize.json",
                                        "qaccel_dequantize.v", "qaccel_dequantize.json",
-                                       "config.json"}
+                                       "config.json", "qaccel_lint.vlt"}
     for op in ("quantize", "dequantize"):
         text = (tmp_path / f"qaccel_{op}.v").read_text()
         header = text.split(f"module qaccel_{op}(")[1].split(");")[0]
@@ -57,7 +57,7 @@ def test_write_verilog_matmul_nbits(tmp_path):
                          dsp_pairs=None)
     paths = write_verilog(config, tmp_path, ops=("matmul_nbits",))
     assert {p.name for p in paths} == {"qaccel_matmul_nbits.v", "qaccel_matmul_nbits.json",
-                                       "config.json"}
+                                       "config.json", "qaccel_lint.vlt"}
     text = (tmp_path / "qaccel_matmul_nbits.v").read_text()
     header = text.split("module qaccel_matmul_nbits(")[1].split(");")[0]
     ports = {p.strip() for p in header.split(",")}
