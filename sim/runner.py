@@ -25,7 +25,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import re
 import shutil
 import threading
 import time
@@ -37,7 +36,7 @@ from xml.etree import ElementTree
 
 from amaranth.lib import wiring
 
-from qaccel.rtl.verilog import emit_verilog
+from qaccel.rtl.verilog import clean_verilog
 from qaccel.sim import tbconfig
 
 __all__ = [
@@ -358,33 +357,6 @@ def verbose_enabled(verbose: bool | None) -> bool:
     return verbose
 
 
-# Yosys guards each `always @*` with a dummy register declared `reg \$auto$...dump_module$N = 0;`
-# whose change at time 0 is meant to run the block once. Icarus 11 applies declaration
-# initialisers before any process waits, so the block never runs and combinational outputs
-# (e.g. a stream's `ready`) stay X until an input changes. Initialising the register in an
-# `initial` block instead produces the event (Icarus starts `always` before `initial`).
-_TIME0_TRIGGER = re.compile(
-    r"^( *)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+) +=( 0;)$", re.MULTILINE
-)
-
-
-# Yosys also writes constant drivers of some bits of a reg as `always @*` blocks with nothing
-# to be sensitive to (`always @*\n    res[36] = 1'h0;`). Such a block never runs in Icarus,
-# so those bits stay X for the whole simulation (Verilator, two-state, reads 0): an `initial`
-# assignment gives them their value.
-_CONSTANT_ALWAYS = re.compile(
-    r"^( *)always @\*\n *([\w\\$.]+ ?(?:\[\d+(?::\d+)?\])?) ?= (\d+'[hbdo][0-9a-fA-FxXzZ_]+);$",
-    re.MULTILINE,
-)
-
-
-def icarus_time0_fix(verilog_text: str) -> str:
-    """Return Yosys Verilog with its time-0 ``always @*`` trigger made visible to Icarus 11,
-    and its constant ``always @*`` drivers turned into ``initial`` assignments."""
-    text = _TIME0_TRIGGER.sub(r"\1reg \2 ;\n\1initial \2 =\3", verilog_text)
-    return _CONSTANT_ALWAYS.sub(lambda m: f"{m[1]}initial {m[2].rstrip()} = {m[3]};", text)
-
-
 def _artefact(simulator: str, build_dir: Path, toplevel: str) -> Path:
     return build_dir / (toplevel if simulator == "verilator" else "sim.vvp")
 
@@ -401,7 +373,8 @@ def build(
     waves: bool = False,
     verbose: bool | None = None,
 ) -> Build:
-    """Emit ``component`` as Verilog module ``name`` and build it for ``simulator``, once.
+    """Emit ``component`` as Verilog module ``name`` (:func:`~qaccel.rtl.verilog.clean_verilog`,
+    the file ``qaccel verilog`` writes) and build it for ``simulator``, once.
 
     The build directory is keyed by a hash of the Verilog text, the simulator, its build
     options and the tool versions; a finished build there is reused as is.
@@ -410,9 +383,7 @@ def build(
     start = time.perf_counter()
     _check_simulator_name(simulator)
     require_simulator(simulator)
-    text = emit_verilog(component, name, emit_src=False)
-    if simulator == "icarus":
-        text = icarus_time0_fix(text)
+    text = clean_verilog(component, name)      # the file `qaccel verilog` writes
     build_args = list(BUILD_ARGS[simulator])
     key = digest({
         "verilog": text,

@@ -65,7 +65,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from qaccel.model.validate import check_int
-from qaccel.rtl.verilog import emit_verilog
+from qaccel.rtl.verilog import clean_verilog
 from qaccel.sim.runner import (
     BUILD_ARGS,
     BuildError,
@@ -374,7 +374,7 @@ class VectorSim:
                 self._built = False
                 self._build_time = time.perf_counter() - start
                 return
-        text = emit_verilog(component, name, emit_src=False)
+        text = clean_verilog(component, name)
         self._key = digest({"verilog": text, **build_params})
         self._dir = build_root() / f"{name}-{self._kind}-{self._key[:12]}"
         self._built = self._build(text)

@@ -15,7 +15,7 @@ import pytest
 
 from qaccel.eda.emit import write_verilog
 from qaccel.model.config import AccelConfig
-from qaccel.rtl.verilog import dedup_modules, legal_module_name
+from qaccel.rtl.verilog import dedup_modules, legal_module_name, run_at_time_zero
 from qaccel.sim.runner import verilator_bin_dir
 
 QDQ = AccelConfig(lanes=2, q_inputs=("float32", "float16"), scales=("float32", "float8e8m0"),
@@ -100,3 +100,23 @@ def test_verilator_lint_wall_with_the_waiver_file_only(emitted, top):
     assert r.returncode == 0 and "%Warning" not in r.stderr, r.stderr[:3000]
     waivers = (emitted / "qaccel_lint.vlt").read_text()
     assert waivers.startswith("`verilator_config") and "// PROCASSINIT: " in waivers
+
+
+def test_every_always_block_runs_at_time_zero():
+    """Yosys's trigger register is set by an initial statement (its declaration's initialiser
+    makes no event in Icarus 11); a block that only assigns a constant gets one too; a block
+    with an input is left alone."""
+    trigger = "\\$auto$verilog_backend.cc:2355:dump_module$1"
+    text = (f"module m(a);\n  reg {trigger}  = 0;\n"
+            f"  always @* begin\n    if ({trigger} ) begin end\n  end\n"
+            "  always @*\n    res[36] = 1'h0;\n  always @*\n    \\o$3  = 4'h9;\n"
+            "  always @*\n    res[0] = i[31];\nendmodule\n")
+    fixed = run_at_time_zero(text)
+    assert f"  reg {trigger} ;\n  initial {trigger} = 1'h0;\n" in fixed
+    assert fixed.startswith("module m(a);\n  reg \\qaccel$init ;\n"
+                            "  initial \\qaccel$init  = 1'h0;\n")
+    assert ("  always @* begin\n    if (\\qaccel$init ) begin end\n    res[36] = 1'h0;\n"
+            "  end\n") in fixed
+    assert "    \\o$3 = 4'h9;\n" in fixed
+    assert "  always @*\n    res[0] = i[31];\n" in fixed
+    assert run_at_time_zero("module m; endmodule") == "module m; endmodule"

@@ -39,22 +39,6 @@ def test_build_root(monkeypatch, tmp_path):
     assert runner.build_root().name == "sim_build"
 
 
-def test_icarus_time0_fix():
-    trigger = "\\$auto$verilog_backend.cc:2355:dump_module$1"
-    text = (f"module m;\n  reg {trigger}  = 0;\n"
-            f"  always @* begin\n    if ({trigger} ) begin end\n")
-    fixed = runner.icarus_time0_fix(text)
-    assert "  reg \\$auto$verilog_backend.cc:2355:dump_module$1 ;\n" in fixed
-    assert "  initial \\$auto$verilog_backend.cc:2355:dump_module$1 = 0;\n" in fixed
-    assert runner.icarus_time0_fix("module m; endmodule") == "module m; endmodule"
-    # a constant driver with nothing to be sensitive to never runs in Icarus: made initial
-    const = "  always @*\n    res[36] = 1'h0;\n  always @*\n    \\o$3  = 4'h9;\n"
-    assert runner.icarus_time0_fix(const) == ("  initial res[36] = 1'h0;\n"
-                                              "  initial \\o$3 = 4'h9;\n")
-    live = "  always @*\n    res[0] = i[31];\n"          # has an input: left alone
-    assert runner.icarus_time0_fix(live) == live
-
-
 def test_tbconfig_roundtrip(monkeypatch, tmp_path):
     records = tmp_path / "records.json"
     monkeypatch.setenv(tbconfig.ENV_VAR, tbconfig.encode({"bits": 4}, records))
