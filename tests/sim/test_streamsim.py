@@ -281,7 +281,7 @@ def test_design_key_reuses_the_build_without_emitting(plus, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("emitted the Verilog of a design whose build is known")
 
-    monkeypatch.setattr(vectors, "emit_verilog", refuse)
+    monkeypatch.setattr(vectors, "clean_verilog", refuse)
     again = StreamSim(PlusN(), name="streamsim_plus", design_key="test-plus-v1")
     assert not again.built
     a = np.arange(100, dtype=np.uint16)
