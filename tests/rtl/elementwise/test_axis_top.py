@@ -111,7 +111,9 @@ AXIS_X = np.float32([-0.0, -1.2, 2.6, -3.5, -2.5, -0.2, -100, 100, np.nan, -0.6,
 def test_axis_top_packs_like_onnx(dtype, bits):
     """A per-tensor job on 2 lanes: the packed stream is, byte for byte, ONNX's packing
     (``numpy_helper.from_array``) of onnx.reference's output. A code with its container's
-    upper bits set would spill into its neighbour or the padding."""
+    upper bits set would spill into its neighbour or the padding. With a word per beat (8
+    bits), the first word is offered ``latency`` cycles after the first ``x`` transfer, the
+    figure the JSON description states."""
     unit = Quantize(SMALL)
     top = AxisTop(unit, op="quantize")
     x, scale, zp = AXIS_X, np.float32(0.5), np.zeros((), dtype)
@@ -123,6 +125,7 @@ def test_axis_top_packs_like_onnx(dtype, bits):
     job = quantize_job(unit, x, scale, zp)
     table_layout = unit.signature.members["table"].signature.members["payload"].shape
     out = bytearray()
+    seen = {}
 
     async def bench(ctx):
         ctx.set(top.cfg_regs.as_value(), job.regs)
@@ -148,7 +151,9 @@ def test_axis_top_packs_like_onnx(dtype, bits):
             await ctx.delay(1e-9)
             if beats and ctx.get(top.s_axis_x_tready):
                 beats.pop(0)
+                seen.setdefault("x", cycles)
             if ctx.get(top.m_axis_y_tvalid):
+                seen.setdefault("y", cycles)
                 data, keep = ctx.get(top.m_axis_y_tdata), ctx.get(top.m_axis_y_tkeep)
                 raw = data.to_bytes(len(top.m_axis_y_tdata) // 8, "little")
                 out.extend(b for j, b in enumerate(raw) if keep >> j & 1)
@@ -163,6 +168,8 @@ def test_axis_top_packs_like_onnx(dtype, bits):
     sim.add_testbench(bench)
     sim.run()
     assert bytes(out) == want, (bytes(out).hex(), want.hex())
+    if bits == 8:
+        assert seen["y"] - seen["x"] == top.latency == top.describe()["latency"]
 
 
 def test_cli_verilog(tmp_path):
