@@ -151,12 +151,75 @@ def _rename_cells(body: str, names: dict[str, str]) -> str:
     return _CELL.sub(lambda m: f"{m[1]}\\{names.get(m[2], m[2])}{m[3]}", body)
 
 
+# Amaranth numbers generated names from counters across the design (``\port$12225$59``,
+# ``$17``): two instances of one unit differ in them alone
+_NUMBERED = re.compile(r"(?<![\w$\\])(\\[A-Za-z_][\w.]*(?:\$\d+)+|\$\d+)(?![\w$])")
+_CELL_START = re.compile(r"^  cell \\(\S+) \S+$")
+_CELL_PORT = re.compile(r"^(    connect )(\S+)( .*)$")
+
+
+def _numbered_name(token: str, k: int) -> str:
+    return f"{token.split('$', 1)[0]}${k}" if token.startswith("\\") else f"${k}"
+
+
+def _canonical_names(modules: list[list]) -> list[list]:
+    """Renumber each module's generated names in order of first use (children first, so
+    that a parent's connections name its children's renumbered ports): modules that are
+    the same design then have the same text."""
+    names = {name for name, _, _ in modules}
+    bodies = {name: body for name, _, body in modules}
+    ports: dict[str, dict[str, str]] = {}
+
+    def visit(name: str) -> None:
+        if name in ports:
+            return
+        ports[name] = {}
+        children = {m[1] for m in (_CELL_START.match(line) for line in
+                                   bodies[name].splitlines()) if m and m[1] in names}
+        for child in sorted(children):
+            visit(child)
+        mapping: dict[str, str] = {}
+
+        def rename(match) -> str:
+            token = match[1]
+            if token not in mapping:
+                mapping[token] = _numbered_name(token, len(mapping) + 1)
+            return mapping[token]
+
+        out, child = [], None
+        for line in bodies[name].splitlines(keepends=True):
+            cell = _CELL_START.match(line.rstrip("\n"))
+            if cell:                   # the type keeps its name (the module's, or a primitive)
+                child = cell[1] if cell[1] in names else None
+                kind, inst = line.rstrip("\n").rsplit(" ", 1)
+                out.append(f"{kind} {_NUMBERED.sub(rename, inst)}\n")
+                continue
+            if line.startswith("  end"):
+                child = None
+            port = _CELL_PORT.match(line.rstrip("\n")) if child else None
+            if port:
+                line = (f"{port[1]}{ports[child].get(port[2], port[2])}"
+                        f"{_NUMBERED.sub(rename, port[3])}\n")
+            else:
+                line = _NUMBERED.sub(rename, line)
+            out.append(line)
+        bodies[name] = "".join(out)
+        ports[name] = mapping
+
+    for name, _, _ in modules:
+        visit(name)
+    return [[name, attrs, bodies[name]] for name, attrs, _ in modules]
+
+
 def dedup_modules(text: str) -> tuple[str, int]:
     """Merge the modules of RTLIL ``text`` that are the same design (Amaranth writes one
-    module per instance): children first, a module whose body equals an earlier one's is
-    dropped and its instances use the earlier one, until nothing changes. Then give every
-    module a :func:`legal_module_name`. Return the text and the number of modules dropped."""
+    module per instance): generated names renumbered per module (:func:`_canonical_names`),
+    then, children first, a module whose text equals an earlier one's is dropped and its
+    instances use the earlier one, until nothing changes. Then give every module a
+    :func:`legal_module_name`. Return the text and the number of modules dropped."""
     head, modules = _split_modules(text)
+    if not re.search(r'"[^"\n]*\$\d', text):    # (names quoted in strings are not renumbered)
+        modules = _canonical_names(modules)
     dropped = 0
     while True:
         first: dict[str, str] = {}
