@@ -1,15 +1,20 @@
 """Write the accelerator's Verilog for FPGA synthesis: ``qaccel verilog --config cfg.json -o out/``.
 
 For each operator unit (Quantize, Dequantize, the MatMulNBits engine) of a configuration,
-:func:`write_verilog` writes ``qaccel_<op>.v`` (:func:`qaccel.rtl.verilog.clean_verilog`:
-deterministic, legal module names, each distinct unit once; AXI4-Stream port names, see
-:class:`qaccel.rtl.elementwise.axis_top.AxisTop` and
-:class:`qaccel.rtl.nbits.matmul_nbits_axis.NBitsAxisTop`)
-and ``qaccel_<op>.json`` (ports, register, table and stream fields, type indices, latency,
-the configuration), ``config.json`` (the configuration itself, reloadable with
-:meth:`AccelConfig.load <qaccel.model.config.AccelConfig.load>`) and ``qaccel_lint.vlt``
-(Verilator's waivers for ``-Wall``, each rule with its reason:
-:data:`qaccel.rtl.verilog.LINT_WAIVERS`).
+:func:`write_verilog` writes:
+
+- ``qaccel_<op>.v`` (:func:`qaccel.rtl.verilog.clean_verilog`: deterministic, legal module
+  names, each distinct unit once; AXI4-Stream port names, see
+  :class:`qaccel.rtl.elementwise.axis_top.AxisTop` and
+  :class:`qaccel.rtl.nbits.matmul_nbits_axis.NBitsAxisTop`);
+- ``qaccel_<op>.json`` (ports, register, table and stream fields, type indices, latency, the
+  configuration);
+- ``qaccel_<op>_inst.vh`` (an instantiation template) and ``qaccel_<op>.sdc`` (an example
+  clock constraint);
+
+and ``config.json`` (the configuration, reloadable with :meth:`AccelConfig.load
+<qaccel.model.config.AccelConfig.load>`) and ``qaccel_lint.vlt`` (Verilator's waivers for
+``-Wall``, each rule with its reason: :data:`qaccel.rtl.verilog.LINT_WAIVERS`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pathlib import Path
 
 from qaccel.model.config import AccelConfig
 
-__all__ = ["OPS", "lint_waivers", "write_verilog"]
+__all__ = ["OPS", "example_sdc", "instantiation_template", "lint_waivers", "write_verilog"]
 
 #: Operator units :func:`write_verilog` can emit.
 OPS = ("quantize", "dequantize", "matmul_nbits")
@@ -36,6 +41,30 @@ def lint_waivers() -> str:
     for rule, why in LINT_WAIVERS.items():
         lines += [f"// {rule}: {why}", f"lint_off -rule {rule}"]
     return "\n".join(lines) + "\n"
+
+
+def instantiation_template(desc: dict) -> str:
+    """A Verilog instantiation of the core ``desc`` describes (its JSON description): one
+    wire per port, of the port's width, and the instance ``u_<module>`` connecting them, to
+    paste into a design (``qaccel_<op>_inst.vh``)."""
+    module, ports = desc["module"], desc["ports"]
+    lines = [f"// {module}: an instantiation template (qaccel); ports as in {module}.json",
+             "// clk: one clock; rst: synchronous, active high"]
+    for p in ports:
+        width = f"[{p['width'] - 1}:0] " if p["width"] > 1 else ""
+        lines.append(f"wire {width}{module}_{p['name']};   // {p['direction']}")
+    lines.append(f"{module} u_{module} (")
+    lines += [f"    .{p['name']}({module}_{p['name']}){',' if i + 1 < len(ports) else ''}"
+              for i, p in enumerate(ports)]
+    return "\n".join([*lines, ");"]) + "\n"
+
+
+def example_sdc(desc: dict, freq_mhz: float = 100.0) -> str:
+    """An example SDC constraint for the core ``desc`` describes: its clock at
+    ``freq_mhz`` (``qaccel synth`` reports the Fmax a part reaches after place and route),
+    the I/O delays left to the design it sits in."""
+    return (f"# {desc['module']}: example timing constraint (qaccel); the core is synchronous to"
+            f" clk\ncreate_clock -name clk -period {1e3 / freq_mhz:.3f} [get_ports clk]\n")
 
 
 def write_verilog(config: AccelConfig | None, out_dir: str | os.PathLike,
@@ -73,7 +102,9 @@ def write_verilog(config: AccelConfig | None, out_dir: str | os.PathLike,
                              f"(config.json beside this file)", progress=say)
         (out / f"{name}.v").write_text(text)
         (out / f"{name}.json").write_text(json.dumps(desc, indent=1) + "\n")
-        written += [out / f"{name}.v", out / f"{name}.json"]
+        (out / f"{name}_inst.vh").write_text(instantiation_template(desc))
+        (out / f"{name}.sdc").write_text(example_sdc(desc))
+        written += [out / f"{name}{ext}" for ext in (".v", ".json", "_inst.vh", ".sdc")]
     (out / "config.json").write_text(config.to_json() + "\n")
     (out / "qaccel_lint.vlt").write_text(lint_waivers())
     written += [out / "config.json", out / "qaccel_lint.vlt"]

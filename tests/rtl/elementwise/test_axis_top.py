@@ -33,9 +33,9 @@ AXIS = {"s_axis_table_tdata", "s_axis_table_tvalid", "s_axis_table_tready", "s_a
 
 def test_write_verilog_axis_names(tmp_path):
     paths = write_verilog(SMALL, tmp_path, ops=("quantize", "dequantize"))
-    assert {p.name for p in paths} == {"qaccel_quantize.v", "qaccel_quantize.json",
-                                       "qaccel_dequantize.v", "qaccel_dequantize.json",
-                                       "config.json", "qaccel_lint.vlt"}
+    assert {p.name for p in paths} == {f"qaccel_{op}{ext}" for op in ("quantize", "dequantize")
+                                       for ext in (".v", ".json", "_inst.vh", ".sdc")} | {
+        "config.json", "qaccel_lint.vlt"}
     for op in ("quantize", "dequantize"):
         text = (tmp_path / f"qaccel_{op}.v").read_text()
         header = text.split(f"module qaccel_{op}(")[1].split(");")[0]
@@ -56,8 +56,8 @@ def test_write_verilog_matmul_nbits(tmp_path):
     config = AccelConfig(pe=4, simd=2, m_tile=3, max_k=1024, float_path=False,
                          dsp_pairs=None)
     paths = write_verilog(config, tmp_path, ops=("matmul_nbits",))
-    assert {p.name for p in paths} == {"qaccel_matmul_nbits.v", "qaccel_matmul_nbits.json",
-                                       "config.json", "qaccel_lint.vlt"}
+    assert {p.name for p in paths} == {f"qaccel_matmul_nbits{ext}" for ext in (
+        ".v", ".json", "_inst.vh", ".sdc")} | {"config.json", "qaccel_lint.vlt"}
     text = (tmp_path / "qaccel_matmul_nbits.v").read_text()
     header = text.split("module qaccel_matmul_nbits(")[1].split(");")[0]
     ports = {p.strip() for p in header.split(",")}
