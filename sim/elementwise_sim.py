@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 
 from qaccel.rtl.elementwise.unit import Elementwise
+from qaccel.rtl.verilog import TIMESCALE
 from qaccel.sim import tbconfig
 from qaccel.sim.jobs import Job
 from qaccel.sim.runner import (
     BUILD_ARGS,
     MAKE_VARIABLES,
-    TIMESCALE,
     Build,
     SimResult,
     SimulationError,

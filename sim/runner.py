@@ -36,7 +36,7 @@ from xml.etree import ElementTree
 
 from amaranth.lib import wiring
 
-from qaccel.rtl.verilog import clean_verilog
+from qaccel.rtl.verilog import TIMESCALE, clean_verilog
 from qaccel.sim import tbconfig
 
 __all__ = [
@@ -79,8 +79,6 @@ MAKE_VARIABLES: dict[str, tuple[str, ...]] = {
     "verilator": ("OPT_FAST=-O0", "OPT_SLOW=-O0", "OPT_GLOBAL=-O0"),
     "icarus": (),
 }
-#: Time unit and precision (Amaranth emits no `timescale`).
-TIMESCALE = ("1ns", "1ps")
 #: Environment variable overriding the build root.
 BUILD_DIR_ENV = "QACCEL_BUILD_DIR"
 #: Environment variable that, when set to 1, streams build and simulator output to stdout.
