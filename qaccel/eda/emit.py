@@ -1,14 +1,15 @@
 """Write the accelerator's Verilog for FPGA synthesis: ``qaccel verilog --config cfg.json -o out/``.
 
-For each operator unit (Quantize, Dequantize, the MatMulNBits engine) of a configuration,
+For each operator core (Quantize, Dequantize, the MatMulNBits engine) of a configuration,
 :func:`write_verilog` writes:
 
 - ``qaccel_<op>.v`` (:func:`qaccel.rtl.verilog.clean_verilog`: deterministic, legal module
-  names, each distinct unit once; AXI4-Stream port names, see
-  :class:`qaccel.rtl.elementwise.axis_top.AxisTop` and
-  :class:`qaccel.rtl.nbits.matmul_nbits_axis.NBitsAxisTop`);
-- ``qaccel_<op>.json`` (ports, register, table and stream fields, type indices, latency, the
-  configuration);
+  names, each distinct unit once): the core behind AXI4-Lite control and byte-aligned
+  AXI4-Stream data, ``aclk`` / ``aresetn`` (:class:`qaccel.rtl.axi.axi_core.AxiCore`);
+- ``qaccel_<op>.json`` (ports, stream byte layouts, the register map, type indices, latency,
+  the configuration);
+- ``qaccel_<op>_regs.h`` and ``qaccel_<op>_regs.md``: the register map as a C header and a
+  Markdown reference (:mod:`qaccel.rtl.axi.regmap`);
 - ``qaccel_<op>_inst.vh`` (an instantiation template) and ``qaccel_<op>.sdc`` (an example
   clock constraint);
 
@@ -48,8 +49,9 @@ def instantiation_template(desc: dict) -> str:
     wire per port, of the port's width, and the instance ``u_<module>`` connecting them, to
     paste into a design (``qaccel_<op>_inst.vh``)."""
     module, ports = desc["module"], desc["ports"]
-    lines = [f"// {module}: an instantiation template (qaccel); ports as in {module}.json",
-             "// clk: one clock; rst: synchronous, active high"]
+    lines = [f"// {module}: an instantiation template (qaccel); ports as in {module}.json,",
+             f"// registers in {module}_regs.md",
+             "// aclk: one clock; aresetn: synchronous reset, active low"]
     for p in ports:
         width = f"[{p['width'] - 1}:0] " if p["width"] > 1 else ""
         lines.append(f"wire {width}{module}_{p['name']};   // {p['direction']}")
@@ -64,7 +66,7 @@ def example_sdc(desc: dict, freq_mhz: float = 100.0) -> str:
     ``freq_mhz`` (``qaccel synth`` reports the Fmax a part reaches after place and route),
     the I/O delays left to the design it sits in."""
     return (f"# {desc['module']}: example timing constraint (qaccel); the core is synchronous to"
-            f" clk\ncreate_clock -name clk -period {1e3 / freq_mhz:.3f} [get_ports clk]\n")
+            f" aclk\ncreate_clock -name aclk -period {1e3 / freq_mhz:.3f} [get_ports aclk]\n")
 
 
 def write_verilog(config: AccelConfig | None, out_dir: str | os.PathLike,
@@ -74,10 +76,7 @@ def write_verilog(config: AccelConfig | None, out_dir: str | os.PathLike,
 
     Returns the written paths. Raises ValueError for an unknown op.
     """
-    from qaccel.rtl.elementwise.axis_top import AxisTop
-    from qaccel.rtl.elementwise.dequantize import Dequantize
-    from qaccel.rtl.elementwise.quantize import Quantize
-    from qaccel.rtl.nbits.matmul_nbits_axis import NBitsAxisTop
+    from qaccel.rtl.axi.axi_core import AxiCore
     from qaccel.rtl.verilog import clean_verilog
 
     config = config or AccelConfig()
@@ -91,20 +90,20 @@ def write_verilog(config: AccelConfig | None, out_dir: str | os.PathLike,
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for op in ops:
-        if op == "matmul_nbits":
-            top = NBitsAxisTop(config)
-        else:
-            top = AxisTop((Quantize if op == "quantize" else Dequantize)(config), op=op)
         name = f"qaccel_{op}"
-        desc = top.describe()
         say = (lambda line, name=name: progress(f"{name}: {line}")) if progress else None
+        if say:
+            say("building the core")
+        top = AxiCore(op, config)
+        desc = top.describe()
         text = clean_verilog(top, name, comment=f"configuration {config.slug} "
                              f"(config.json beside this file)", progress=say)
-        (out / f"{name}.v").write_text(text)
-        (out / f"{name}.json").write_text(json.dumps(desc, indent=1) + "\n")
-        (out / f"{name}_inst.vh").write_text(instantiation_template(desc))
-        (out / f"{name}.sdc").write_text(example_sdc(desc))
-        written += [out / f"{name}{ext}" for ext in (".v", ".json", "_inst.vh", ".sdc")]
+        files = {".v": text, ".json": json.dumps(desc, indent=1) + "\n",
+                 "_regs.h": top.regmap.c_header(), "_regs.md": top.regmap.markdown(),
+                 "_inst.vh": instantiation_template(desc), ".sdc": example_sdc(desc)}
+        for ext, content in files.items():
+            (out / f"{name}{ext}").write_text(content)
+            written.append(out / f"{name}{ext}")
     (out / "config.json").write_text(config.to_json() + "\n")
     (out / "qaccel_lint.vlt").write_text(lint_waivers())
     written += [out / "config.json", out / "qaccel_lint.vlt"]

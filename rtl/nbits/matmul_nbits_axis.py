@@ -12,10 +12,10 @@ from qaccel.model.config import AccelConfig
 from qaccel.rtl.elementwise.axis_top import layout_fields
 from qaccel.rtl.nbits import matmul_nbits_v2 as v2
 
-__all__ = ["NBitsAxisTop"]
+__all__ = ["INPUTS", "NBitsAxisTop"]
 
 #: The engine's input streams.
-_INPUTS = ("a", "w", "s", "b")
+INPUTS = ("a", "w", "s", "b")
 
 
 class NBitsAxisTop(wiring.Component):
@@ -38,7 +38,7 @@ class NBitsAxisTop(wiring.Component):
         members = self._engine.signature.members
         ports = {f"cfg_{r}": In(members[r].shape) for r in v2.REGISTERS}
         ports |= {"cfg_start": In(1), "busy": Out(1)}
-        for s in _INPUTS:
+        for s in INPUTS:
             width = Shape.cast(members[s].signature.members["payload"].shape).width
             ports |= {f"s_axis_{s}_tdata": In(unsigned(width)), f"s_axis_{s}_tvalid": In(1),
                       f"s_axis_{s}_tready": Out(1)}
@@ -66,7 +66,7 @@ class NBitsAxisTop(wiring.Component):
                 {"name": "clk", "direction": "in", "width": 1},
                 {"name": "rst", "direction": "in", "width": 1}],
             "tdata": {s: layout_fields(members[s].signature.members["payload"].shape)
-                      for s in _INPUTS},
+                      for s in INPUTS},
             "out_fmt": list(v2.OUT_FORMATS),
             "fmode": {"int8 path": 0, "float path": 1, "float path, float zero points": 3},
             "lanes": self._engine.lanes,
@@ -80,7 +80,7 @@ class NBitsAxisTop(wiring.Component):
         m.submodules.engine = e = self._engine
         m.d.comb += [getattr(e, r).eq(getattr(self, f"cfg_{r}")) for r in v2.REGISTERS]
         m.d.comb += [e.start.eq(self.cfg_start), self.busy.eq(e.busy)]
-        for s in _INPUTS:
+        for s in INPUTS:
             port = getattr(e, s)
             m.d.comb += [port.payload.eq(getattr(self, f"s_axis_{s}_tdata")),
                          port.valid.eq(getattr(self, f"s_axis_{s}_tvalid")),

@@ -33,7 +33,7 @@ def emitted(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("verilog")
     write_verilog(QDQ, out, ops=("quantize", "dequantize"))
     write_verilog(ENGINE, out / "engine", ops=("matmul_nbits",))
-    for ext in (".v", ".json", "_inst.vh", ".sdc"):
+    for ext in (".v", ".json", "_regs.h", "_regs.md", "_inst.vh", ".sdc"):
         shutil.copy(out / f"engine/qaccel_matmul_nbits{ext}", out)
     return out
 
@@ -65,7 +65,7 @@ def test_repeated_units_are_written_once(emitted):
     names = re.findall(r"^module (\S+?)\(", text, re.M)
     # Amaranth's numbered names renumbered per module: the second cluster is the first's
     assert not any("cluster1" in n for n in names), names
-    assert len(re.findall(r"^  qaccel_matmul_nbits__engine__cluster0 ", text, re.M)) == 2
+    assert len(re.findall(r"^  qaccel_matmul_nbits__stream__engine__cluster0 ", text, re.M)) == 2
     il = ("attribute \\top 1\nmodule \\t\n  cell \\t.a \\a\n  end\n  cell \\t.b \\b\n  end\n"
           "end\n\nmodule \\t.a\n  wire \\x\nend\n\nmodule \\t.b\n  wire \\x\nend\n")
     merged, dropped = dedup_modules(il)
@@ -149,5 +149,5 @@ def test_instantiation_template_compiles_in_a_design(emitted, top, tmp_path):
                         str(emitted / f"{top}.v"), str(user)], capture_output=True, text=True)
     out = r.stdout + r.stderr
     assert r.returncode == 0 and "warning" not in out, out
-    assert "create_clock -name clk -period 10.000 [get_ports clk]" in (
+    assert "create_clock -name aclk -period 10.000 [get_ports aclk]" in (
         emitted / f"{top}.sdc").read_text()

@@ -29,42 +29,57 @@ SMALL = AccelConfig(lanes=2, q_inputs=("float32",), scales=("float32",),
 AXIS = {"s_axis_table_tdata", "s_axis_table_tvalid", "s_axis_table_tready", "s_axis_x_tdata",
         "s_axis_x_tvalid", "s_axis_x_tready", "m_axis_y_tdata", "m_axis_y_tkeep",
         "m_axis_y_tlast", "m_axis_y_tvalid", "m_axis_y_tready"}
+AXIL = {f"s_axil_{s}" for s in ("awaddr", "awprot", "awvalid", "awready", "wdata", "wstrb",
+                                "wvalid", "wready", "bresp", "bvalid", "bready", "araddr",
+                                "arprot", "arvalid", "arready", "rdata", "rresp", "rvalid",
+                                "rready")}
+FILES = (".v", ".json", "_regs.h", "_regs.md", "_inst.vh", ".sdc")
 
 
-def test_write_verilog_axis_names(tmp_path):
+def _ports(path) -> set[str]:
+    header = path.read_text().split(f"module {path.stem}(")[1].split(");")[0]
+    return {p.strip() for p in header.split(",")}
+
+
+def test_write_verilog_axi_names(tmp_path):
+    """qaccel verilog's Quantize and Dequantize cores: AXI4-Lite control, byte-aligned
+    AXI4-Stream data (the table entry's fields each on a byte), aclk / aresetn, irq; the
+    JSON lists the ports, the register map and the stream byte layouts."""
     paths = write_verilog(SMALL, tmp_path, ops=("quantize", "dequantize"))
     assert {p.name for p in paths} == {f"qaccel_{op}{ext}" for op in ("quantize", "dequantize")
-                                       for ext in (".v", ".json", "_inst.vh", ".sdc")} | {
-        "config.json", "qaccel_lint.vlt"}
+                                       for ext in FILES} | {"config.json", "qaccel_lint.vlt"}
     for op in ("quantize", "dequantize"):
-        text = (tmp_path / f"qaccel_{op}.v").read_text()
-        header = text.split(f"module qaccel_{op}(")[1].split(");")[0]
-        ports = {p.strip() for p in header.split(",")}
-        assert AXIS <= ports, AXIS - ports
+        ports = _ports(tmp_path / f"qaccel_{op}.v")
+        assert ports == AXIS | AXIL | {"aclk", "aresetn", "irq"}
         desc = json.loads((tmp_path / f"qaccel_{op}.json").read_text())
         assert {p["name"] for p in desc["ports"]} == ports
+        widths = {p["name"]: p["width"] for p in desc["ports"]}
+        assert all(widths[p] % 8 == 0 for p in ports if p.endswith("tdata"))
+        assert desc["reset"] == {"name": "aresetn", "active": "low", "synchronous": True}
+        table = {f["name"]: f["byte_offset"] for f in desc["streams"]["table"]["fields"]}
+        assert table == {"addr": 0, "scale": 8, "zero_point": 40}
+        assert widths["s_axis_table_tdata"] == 8 * desc["streams"]["table"]["tdata_bytes"]
+        assert desc["register_map"]["registers"][0]["name"] == "ID"
         assert desc["config"] == SMALL.to_dict("elementwise")
         assert desc["type_indices"]["out_fmt"] == list(
             SMALL.q_outputs if op == "quantize" else SMALL.dq_outputs)
+        assert "| 0x000 | `ID` |" in (tmp_path / f"qaccel_{op}_regs.md").read_text()
     assert AccelConfig.load(tmp_path / "config.json") == SMALL
 
 
 def test_write_verilog_matmul_nbits(tmp_path):
-    """The v2 engine (a configuration without the float path, as the default) with
-    AXI4-Stream names: a, w, s, b in, y out, cfg registers; its timing and nibble columns in
-    the JSON."""
+    """The v2 engine (a configuration without the float path, as the default) behind AXI:
+    a, w, s, b in, y out, the job in registers; its timing, nibble columns and call
+    cycles (the performance model) in the JSON."""
     config = AccelConfig(pe=4, simd=2, m_tile=3, max_k=1024, float_path=False,
                          dsp_pairs=None)
     paths = write_verilog(config, tmp_path, ops=("matmul_nbits",))
-    assert {p.name for p in paths} == {f"qaccel_matmul_nbits{ext}" for ext in (
-        ".v", ".json", "_inst.vh", ".sdc")} | {"config.json", "qaccel_lint.vlt"}
-    text = (tmp_path / "qaccel_matmul_nbits.v").read_text()
-    header = text.split("module qaccel_matmul_nbits(")[1].split(");")[0]
-    ports = {p.strip() for p in header.split(",")}
+    assert {p.name for p in paths} == {f"qaccel_matmul_nbits{ext}" for ext in FILES} | {
+        "config.json", "qaccel_lint.vlt"}
+    ports = _ports(tmp_path / "qaccel_matmul_nbits.v")
     want = {f"s_axis_{s}_{f}" for s in "awsb" for f in ("tdata", "tvalid", "tready")}
     want |= {"m_axis_y_tdata", "m_axis_y_tlast", "m_axis_y_tvalid", "m_axis_y_tready",
-             "cfg_k", "cfg_block_size", "cfg_bits", "cfg_m", "cfg_groups", "cfg_bias",
-             "cfg_out_fmt", "cfg_fmode", "cfg_start", "busy", "clk", "rst"}
+             "aclk", "aresetn", "irq"} | AXIL
     assert ports == want
     desc = json.loads((tmp_path / "qaccel_matmul_nbits.json").read_text())
     assert desc["engine"] == "v2" and desc["lanes"] == config.scale_lanes
@@ -74,17 +89,20 @@ def test_write_verilog_matmul_nbits(tmp_path):
     assert widths["s_axis_a_tdata"] == 32
     assert widths["s_axis_s_tdata"] == config.scale_lanes * 40
     assert desc["timing"]["mac"] > 0 and len(desc["wide_columns"]) == config.pe // 2
+    assert [r["name"] for r in desc["register_map"]["registers"]][10:] == [
+        "K", "BLOCK_SIZE", "MODE", "M", "GROUPS"]
+    assert all(e["cycles"] > 0 for e in desc["latency"]["examples"])
 
 
 def test_write_verilog_matmul_nbits_float_path(tmp_path):
-    """A configuration with the float path gets the v2 engine with it: the same ports, a
-    2-bit fmode register, the fmode codes in the description."""
+    """A configuration with the float path gets the v2 engine with it: a 2-bit fmode field
+    in MODE, the fmode codes in the description."""
     config = AccelConfig(pe=4, simd=2, m_tile=4, max_k=1024, float_path=True)
     write_verilog(config, tmp_path, ops=("matmul_nbits",))
     desc = json.loads((tmp_path / "qaccel_matmul_nbits.json").read_text())
     assert desc["engine"] == "v2" and desc["config"]["matmul_nbits"]["float_path"] is True
-    widths = {p["name"]: p["width"] for p in desc["ports"]}
-    assert widths["cfg_fmode"] == 2 and widths["s_axis_w_tdata"] == 4 * 4 * 2
+    mode = next(r for r in desc["register_map"]["registers"] if r["name"] == "MODE")
+    assert {f["name"]: f["width"] for f in mode["fields"]}["fmode"] == 2
     assert desc["fmode"] == {"int8 path": 0, "float path": 1,
                              "float path, float zero points": 3}
     assert "module qaccel_matmul_nbits(" in (tmp_path / "qaccel_matmul_nbits.v").read_text()
