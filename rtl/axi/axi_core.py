@@ -167,8 +167,9 @@ class AxiCore(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         # sync: the datapath (aresetn or CTRL.reset); ctrl: the registers (aresetn only)
-        m.domains.sync = sync = ClockDomain()
-        m.domains.ctrl = ctrl = ClockDomain()
+        # (local: a design instantiating the core keeps its own sync domain)
+        m.domains.sync = sync = ClockDomain(local=True)
+        m.domains.ctrl = ctrl = ClockDomain(local=True)
         soft_reset = Signal()
         m.d.comb += [sync.clk.eq(self.aclk), ctrl.clk.eq(self.aclk),
                      ctrl.rst.eq(~self.aresetn), sync.rst.eq(~self.aresetn | soft_reset)]
