@@ -218,7 +218,8 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
             "bias": int(bias is not None), "out_fmt": out_fmt,
             "fmode": int(fmode) | (2 if fzp else 0)}
     return NBitsJobV2(regs, inputs, y2[order[:, 0], order[:, 1]], order[:, 1] < N, order,
-                      out_shape, out_dtype, {"accuracy_level": accuracy_level})
+                      out_shape, out_dtype, {"accuracy_level": accuracy_level,
+                                             "tiles": len(tiles), "k_blocks": kb})
 
 
 def unpack_y_v2(job: NBitsJobV2, words: np.ndarray) -> np.ndarray:

@@ -166,15 +166,15 @@ class AxiCore(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # sync: the datapath (aresetn or CTRL.reset); ctrl: the registers (aresetn only)
-        # (local: a design instantiating the core keeps its own sync domain)
-        m.domains.sync = sync = ClockDomain(local=True)
-        m.domains.ctrl = ctrl = ClockDomain(local=True)
+        # core: the datapath (aresetn or CTRL.reset); ctrl: the registers (aresetn only);
+        # both local, so a design instantiating the core keeps its own domains
+        m.domains.core = sync = ClockDomain("core", local=True)
+        m.domains.ctrl = ctrl = ClockDomain("ctrl", local=True)
         soft_reset = Signal()
         m.d.comb += [sync.clk.eq(self.aclk), ctrl.clk.eq(self.aclk),
                      ctrl.rst.eq(~self.aresetn), sync.rst.eq(~self.aresetn | soft_reset)]
         m.submodules.regs = bank = DomainRenamer("ctrl")(self._bank)
-        m.submodules.stream = inner = self._inner
+        m.submodules.stream = inner = DomainRenamer("core")(self._inner)
         rmap = self._map
         for name in (n for n in self.signature.members if n.startswith("s_axil_")):
             port, mine = getattr(bank, name), getattr(self, name)
