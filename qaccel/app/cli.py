@@ -37,6 +37,7 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -617,15 +618,24 @@ def _synth_packing(args) -> int:
 
 
 def _add_bitstream_arguments(p) -> None:
-    from qaccel.eda.bitstream import BOARDS, TOPS
+    from qaccel.eda.bitstream import BOARD_OPS, BOARD_PRESET, BOARDS, TOPS
+    from qaccel.eda.emit import OPS
 
     p.add_argument("--board", required=True, choices=list(BOARDS),
                    help="the board: " + "; ".join(
                        f"{b.name}: {b.title}, {b.part}, {b.clock_mhz:g} MHz clock, host UART: "
                        f"{b.uart}" for b in BOARDS.values()))
-    p.add_argument("--top", choices=list(TOPS), default="echo",
-                   help="the design (default echo: the host UART looped back and an LED "
-                        "blinking at 1 Hz, the flow's test)")
+    p.add_argument("--top", choices=list(TOPS), default="accel",
+                   help="the design: accel (default): the accelerator's cores behind the host "
+                        "UART (qaccel.board drives them; board.json beside the bitstream "
+                        "describes them); echo: the host UART looped back and an LED blinking "
+                        "at 1 Hz, the flow's test")
+    p.add_argument("--ops", nargs="+", choices=list(OPS),
+                   help="the cores of --top accel (default per board: " + "; ".join(
+                       f"{b}: {' '.join(o)}" for b, o in BOARD_OPS.items()) + ")")
+    _add_config_options(p, default="per board: " + "; ".join(
+        f"{b}: {'the preset ' + BOARD_PRESET[b] if b in BOARD_PRESET else 'AccelConfig()'}"
+        for b in BOARDS))
     p.add_argument("-o", "--output", help="output folder (default <build root>/bitstream/"
                                           "<top>-<board>); the bitstream is <top>.bit (ECP5) "
                                           "or <top>.bin (iCE40)")
@@ -635,18 +645,40 @@ def _add_bitstream_arguments(p) -> None:
 def _bitstream(args) -> int:
     from amaranth.build import ResourceError
 
-    from qaccel.eda.bitstream import TOPS, build_bitstream, default_output, format_result
+    from qaccel.eda.bitstream import (
+        BOARD_OPS,
+        BOARD_PRESET,
+        TOPS,
+        AccelTop,
+        build_bitstream,
+        default_output,
+        format_result,
+    )
     from qaccel.eda.synth import SynthToolError, SynthToolNotFoundError
 
     out = args.output or default_output(args.board, args.top)
+    tops = []
+    if args.top == "accel":
+        config = _config(args, "bitstream", default=preset(BOARD_PRESET[args.board])
+                         if args.board in BOARD_PRESET else AccelConfig())
+        ops = args.ops or BOARD_OPS[args.board]
+
+        def factory(board):
+            tops.append(AccelTop(board, config, ops))
+            return tops[-1]
+    else:
+        factory = TOPS[args.top]
     try:
-        result = build_bitstream(args.board, TOPS[args.top], out, name=args.top, seed=args.seed,
+        result = build_bitstream(args.board, factory, out, name=args.top, seed=args.seed,
                                  progress=lambda line: print(line, file=sys.stderr, flush=True))
     except (OSError, TypeError, ValueError, ResourceError) as e:
         raise SystemExit(f"qaccel bitstream: {e}") from None
     except (SynthToolError, SynthToolNotFoundError) as e:
         print(f"qaccel bitstream: {str(e).splitlines()[0]} (logs in {out})", file=sys.stderr)
         return 1
+    if tops:
+        (Path(out) / "board.json").write_text(json.dumps(tops[0].description, indent=1) + "\n")
+        print(f"board.json: {Path(out) / 'board.json'} (qaccel.board.Board.open(port, it))")
     print(format_result(result))
     return 0 if result.timing_met else 1
 

@@ -10,8 +10,9 @@ paths (the YoWASP tools are WebAssembly programs), through the helpers of
 :mod:`qaccel.eda.synth`. The result (:class:`BitstreamResult`) gives the resources used and
 available, the Fmax of each clock against its constraint, and the tool times.
 
-:data:`TOPS` names the tops the command line builds; :class:`UartEcho`, a UART loopback and
-a blinking LED, tests the flow on each board.
+:data:`TOPS` names the tops the command line builds: :class:`AccelTop`, the accelerator's
+cores behind the UART host link (driven from the host by :class:`qaccel.board.driver.Board`),
+and :class:`UartEcho`, a UART loopback and a blinking LED that tests the flow on each board.
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ from qaccel.sim.runner import build_root, file_lock
 
 __all__ = [
     "BOARDS",
+    "BOARD_OPS",
+    "BOARD_PRESET",
     "TOPS",
+    "AccelTop",
     "BitstreamResult",
     "Board",
     "UartEcho",
@@ -167,8 +171,61 @@ class UartEcho(Elaboratable):
         return m
 
 
+class AccelTop(Elaboratable):
+    """The accelerator on ``board``: the cores ``ops`` of ``config``
+    (:class:`~qaccel.rtl.axi.host_top.HostTop`) on the board's host UART at ``baud``
+    (:data:`qaccel.board.link.DEFAULT_BAUD`, which must divide the board clock within 1 %),
+    clocked by the board clock; the first LED lights while ``uart_rx`` is idle (a sign of
+    life: it flickers as the host sends). :attr:`description` is what the host driver
+    needs (``board.json``)."""
+
+    def __init__(self, board: Board, config=None, ops=("quantize", "matmul_nbits"), *,
+                 baud: int | None = None):
+        from qaccel.board.link import DEFAULT_BAUD
+        from qaccel.rtl.axi.host_top import HostTop
+
+        if not isinstance(board, Board):
+            raise TypeError(f"board must be a Board, not {board!r}")
+        baud = DEFAULT_BAUD if baud is None else check_int("baud", baud, 1200, 50_000_000)
+        clock = board.clock_mhz * 1e6
+        divisor = round(clock / baud)
+        if divisor < 4 or abs(clock / divisor - baud) > 0.01 * baud:
+            raise ValueError(f"baud {baud} is no divisor of the {board.title}'s "
+                             f"{board.clock_mhz:g} MHz clock (within 1 %, 4 cycles a bit "
+                             f"at least)")
+        self.board = board
+        self.host = HostTop(config, ops, divisor=divisor, ecp5=board.family == "ecp5")
+        self.description = {**self.host.describe(), "board": board.name, "baud": baud,
+                            "clock_mhz": board.clock_mhz}
+
+    def elaborate(self, platform):
+        m = Module()
+        uart = platform.request("uart", 0, dir="-")
+        m.submodules.rx = rx_pin = io.Buffer("i", uart.rx)
+        m.submodules.tx = tx_pin = io.Buffer("o", uart.tx)
+        m.submodules.host = host = self.host
+        m.d.comb += [host.uart_rx.eq(rx_pin.i), tx_pin.o.eq(host.uart_tx)]
+        try:
+            led = platform.request("led", 0, dir="-")
+        except ResourceError:
+            led = platform.request("rgb_led", 0, dir="-").g
+        m.submodules.led = led_pin = io.Buffer("o", led)
+        m.d.comb += led_pin.o.eq(rx_pin.i)
+        return m
+
+
+#: The cores each board carries by default (``qaccel bitstream --top accel``): the default
+#: configuration's Quantize and MatMulNBits cores on the ECP5 boards, and on the iCE40 UP5K
+#: (5,280 LUT4, 8 DSP) the ``qdq-int8`` preset's Quantize core alone (the engine, and the
+#: default configuration's cores, do not fit it: ``qaccel bitstream`` reports what
+#: overflows).
+BOARD_OPS = {"ulx3s-85f": ("quantize", "dequantize", "matmul_nbits"),
+             "orangecrab-25f": ("quantize", "matmul_nbits"),
+             "icebreaker": ("quantize",)}
+BOARD_PRESET = {"icebreaker": "qdq-int8"}
+
 #: Tops ``qaccel bitstream --top`` builds: name -> factory taking the :class:`Board`.
-TOPS: dict[str, Callable[[Board], Elaboratable]] = {"echo": UartEcho}
+TOPS: dict[str, Callable[[Board], Elaboratable]] = {"echo": UartEcho, "accel": AccelTop}
 
 #: Resources :attr:`BitstreamResult.resources` lists -> nextpnr's bel type holding them, per
 #: family (an iCE40 logic cell holds a LUT4 and a flip-flop; ECP5 parts have no SPRAM).

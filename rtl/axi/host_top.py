@@ -100,7 +100,8 @@ class HostTop(wiring.Component):
         y_taken = Const(0, 1)
         for k, (op, core) in enumerate(self._cores.items()):
             m.submodules[op] = core
-            m.d.comb += [core.aclk.eq(ClockSignal()), core.aresetn.eq(~ResetSignal())]
+            m.d.comb += [core.aclk.eq(ClockSignal()),
+                         core.aresetn.eq(~ResetSignal(allow_reset_less=True))]
             for name, member in core.signature.members.items():
                 if name.startswith("s_axil_"):
                     theirs = getattr(decoder, f"m{k}_axil_" + name[len("s_axil_"):])

@@ -74,7 +74,8 @@ OPTIONS = {
         "--memory-gbps": 1.6,
         "--packing": False,
     },
-    "bitstream": {"--board": REQUIRED, "--top": "echo", "-o/--output": None, "--seed": 1},
+    "bitstream": {"--board": REQUIRED, "--top": "accel", "--ops": None, "--config": None,
+                  "--preset": None, "-o/--output": None, "--seed": 1},
     "sweep": {
         "-o/--output": REQUIRED,
         "--unit": "matmul_nbits",

