@@ -16,6 +16,21 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
+# the tags and frame limits: the bridge's own (one definition for both sides of the link)
+from qaccel.rtl.board.host_bridge import (
+    HEADER_BYTES,
+    MAX_BEATS,
+    TAG_ERROR,
+    TAG_READ,
+    TAG_READ_REPLY,
+    TAG_STREAM,
+    TAG_STREAM_REPLY,
+    TAG_WRITE,
+    TAG_WRITE_REPLY,
+    TAG_Y,
+    TAGS,
+)
+
 __all__ = [
     "HEADER_BYTES",
     "MAX_BEATS",
@@ -48,17 +63,8 @@ __all__ = [
     "stream_frames",
 ]
 
-TAG_WRITE, TAG_READ, TAG_STREAM = 0x57, 0x52, 0x53
-TAG_WRITE_REPLY, TAG_READ_REPLY, TAG_STREAM_REPLY = 0x77, 0x72, 0x73
-TAG_ERROR, TAG_Y = 0x65, 0x79
-#: The tags by name (as :data:`qaccel.rtl.board.host_bridge.TAGS`).
-TAGS = {"write": TAG_WRITE, "read": TAG_READ, "stream": TAG_STREAM,
-        "write_ack": TAG_WRITE_REPLY, "read_data": TAG_READ_REPLY,
-        "stream_ack": TAG_STREAM_REPLY, "error": TAG_ERROR, "y": TAG_Y}
 #: AXI response codes.
 RESPONSES = {0: "OKAY", 1: "EXOKAY", 2: "SLVERR", 3: "DECERR"}
-#: Bytes of a stream frame's header; beats a stream frame carries at most.
-HEADER_BYTES, MAX_BEATS = 4, 65535
 
 
 class LinkError(RuntimeError):

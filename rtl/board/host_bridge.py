@@ -67,7 +67,7 @@ __all__ = [
     "baud_divisor",
 ]
 
-# The tags (qaccel.board.protocol holds the host's copy; a test checks they agree).
+# The tags (qaccel.board.protocol, the host's side, imports them).
 TAG_WRITE, TAG_READ, TAG_STREAM = 0x57, 0x52, 0x53
 TAG_WRITE_REPLY, TAG_READ_REPLY, TAG_STREAM_REPLY = 0x77, 0x72, 0x73
 TAG_ERROR, TAG_Y = 0x65, 0x79
