@@ -618,7 +618,7 @@ def _synth_packing(args) -> int:
 
 
 def _add_bitstream_arguments(p) -> None:
-    from qaccel.eda.bitstream import BOARD_OPS, BOARD_PRESET, BOARDS, TOPS
+    from qaccel.eda.bitstream import BOARD_CONFIGS, BOARD_OPS, BOARDS, TOPS
     from qaccel.eda.emit import OPS
 
     p.add_argument("--board", required=True, choices=list(BOARDS),
@@ -634,7 +634,8 @@ def _add_bitstream_arguments(p) -> None:
                    help="the cores of --top accel (default per board: " + "; ".join(
                        f"{b}: {' '.join(o)}" for b, o in BOARD_OPS.items()) + ")")
     _add_config_options(p, default="per board: " + "; ".join(
-        f"{b}: {'the preset ' + BOARD_PRESET[b] if b in BOARD_PRESET else 'AccelConfig()'}"
+        f"{b}: " + (f"the preset {BOARD_CONFIGS[b][0]} with {BOARD_CONFIGS[b][1]}"
+                    if b in BOARD_CONFIGS else "AccelConfig()")
         for b in BOARDS))
     p.add_argument("-o", "--output", help="output folder (default <build root>/bitstream/"
                                           "<top>-<board>); the bitstream is <top>.bit (ECP5) "
@@ -647,9 +648,9 @@ def _bitstream(args) -> int:
 
     from qaccel.eda.bitstream import (
         BOARD_OPS,
-        BOARD_PRESET,
         TOPS,
         AccelTop,
+        board_config,
         build_bitstream,
         default_output,
         format_result,
@@ -659,8 +660,7 @@ def _bitstream(args) -> int:
     out = args.output or default_output(args.board, args.top)
     tops = []
     if args.top == "accel":
-        config = _config(args, "bitstream", default=preset(BOARD_PRESET[args.board])
-                         if args.board in BOARD_PRESET else AccelConfig())
+        config = _config(args, "bitstream", default=board_config(args.board))
         ops = args.ops or BOARD_OPS[args.board]
 
         def factory(board):

@@ -51,12 +51,13 @@ from qaccel.sim.runner import build_root, file_lock
 __all__ = [
     "BOARDS",
     "BOARD_OPS",
-    "BOARD_PRESET",
+    "BOARD_CONFIGS",
     "TOPS",
     "AccelTop",
     "BitstreamResult",
     "Board",
     "UartEcho",
+    "board_config",
     "build_bitstream",
     "default_output",
     "format_result",
@@ -214,15 +215,30 @@ class AccelTop(Elaboratable):
         return m
 
 
-#: The cores each board carries by default (``qaccel bitstream --top accel``): the default
-#: configuration's Quantize and MatMulNBits cores on the ECP5 boards, and on the iCE40 UP5K
-#: (5,280 LUT4, 8 DSP) the ``qdq-int8`` preset's Quantize core alone (the engine, and the
-#: default configuration's cores, do not fit it: ``qaccel bitstream`` reports what
-#: overflows).
+#: The cores each board carries by default (``qaccel bitstream --top accel``): on the ECP5
+#: boards the default configuration's cores (the 25F takes Quantize and the MatMulNBits
+#: engine); on the iCE40 UP5K (5,280 logic cells, 8 DSP) the Quantize core of the
+#: ``qdq-int8`` preset with three DSPs in its divider (:data:`BOARD_CONFIGS`): 88 % of the
+#: logic cells and all 8 DSPs. Its Dequantize core as well needs 7,159 logic cells (135 %)
+#: and 9 DSPs; the engine and the default configuration's cores are larger still.
 BOARD_OPS = {"ulx3s-85f": ("quantize", "dequantize", "matmul_nbits"),
              "orangecrab-25f": ("quantize", "matmul_nbits"),
              "icebreaker": ("quantize",)}
-BOARD_PRESET = {"icebreaker": "qdq-int8"}
+#: A board's default configuration, where it is not ``AccelConfig()``: a preset's name and
+#: the fields changed (:func:`board_config`).
+BOARD_CONFIGS = {"icebreaker": ("qdq-int8", {"divider_dsps": 3})}
+
+
+def board_config(board: str):
+    """The configuration ``qaccel bitstream --top accel`` builds for ``board`` by default."""
+    from qaccel.model.config import AccelConfig
+    from qaccel.model.presets import preset
+
+    if board not in BOARD_CONFIGS:
+        return AccelConfig()
+    name, changes = BOARD_CONFIGS[board]
+    return preset(name).replace(**changes)
+
 
 #: Tops ``qaccel bitstream --top`` builds: name -> factory taking the :class:`Board`.
 TOPS: dict[str, Callable[[Board], Elaboratable]] = {"echo": UartEcho, "accel": AccelTop}
