@@ -154,10 +154,10 @@ class AxiCore(wiring.Component):
                     "k": (k == 0) | (k > c.max_k),
                     "mode": (fields["out_fmt"] == 3) | ~ok_fmode,
                     "shape": (fields["m"] == 0) | (fields["groups"] == 0)}
-        from qaccel.rtl.axi.regmap import _type_lists
+        from qaccel.rtl.axi.regmap import type_lists
 
         bad_format = Const(0, 1)
-        for name, types in _type_lists(self._op, c).items():
+        for name, types in type_lists(self._op, c).items():
             bad_format |= fields[name] >= len(types)
         bad_shape = Const(0, 1)
         for k in range(c.max_dims):

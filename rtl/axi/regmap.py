@@ -34,7 +34,8 @@ from qaccel import __version__
 from qaccel.model.config import AccelConfig
 
 __all__ = ["ACCESS", "CORE_ID", "MAP_VERSION", "OPS", "Field", "Register", "RegisterMap",
-           "byte_fields", "job_layout", "register_map", "tdata_bytes", "to_tdata"]
+           "byte_fields", "job_layout", "register_map", "tdata_bytes", "to_tdata",
+           "type_lists"]
 
 #: Register access kinds: ``ro`` read-only (driven by the core), ``rw`` read-write,
 #: ``wo`` write-only (an action; reads 0), ``w1c`` set by the core, cleared by writing 1.
@@ -384,7 +385,7 @@ def _elementwise_map(op: str, config: AccelConfig, layout: data.StructLayout,
     from qaccel.rtl.elementwise.axis_top import layout_fields
 
     lane = [f"lane.{name}" for name, _ in layout["lane"].shape]
-    types = _type_lists(op, config)
+    types = type_lists(op, config)
     docs = {f"lane.{k}": f"index into {v}" for k, v in types.items()}
     docs |= {"lane.cast": "1: cast the quotient to `prec` before rounding (DirectML, "
                           "precision=)",
@@ -432,13 +433,12 @@ def _elementwise_map(op: str, config: AccelConfig, layout: data.StructLayout,
                        Shape.cast(layout).width, _crc(config, op), notes)
 
 
-def _type_lists(op: str, c: AccelConfig) -> dict[str, tuple[str, ...]]:
-    if op == "quantize":
-        return {"x_fmt": c.q_inputs, "s_fmt": c.scales, "prec": c.precisions,
-                "out_fmt": c.q_outputs}
-    from qaccel.rtl.elementwise.dequantize_lane import dq_scales
+def type_lists(op: str, c: AccelConfig) -> dict[str, tuple[str, ...]]:
+    """The type lists a Quantize / Dequantize core's FORMAT fields index, by field
+    (:func:`qaccel.rtl.elementwise.axis_top.type_lists`)."""
+    from qaccel.rtl.elementwise import axis_top
 
-    return {"x_fmt": c.dq_inputs, "s_fmt": dq_scales(c), "out_fmt": c.dq_outputs}
+    return axis_top.type_lists(op, c)
 
 
 def _nbits_map(config: AccelConfig, layout: data.StructLayout) -> RegisterMap:

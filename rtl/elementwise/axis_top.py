@@ -13,7 +13,7 @@ from qaccel.model.floatfmt import FORMATS
 from qaccel.rtl.elementwise.pack import Pack
 from qaccel.rtl.elementwise.unit import Elementwise
 
-__all__ = ["AxisTop", "layout_fields"]
+__all__ = ["AxisTop", "layout_fields", "type_lists"]
 
 
 def _bits(name: str) -> int:
@@ -34,6 +34,18 @@ def layout_fields(layout, offset: int = 0, prefix: str = "") -> list[dict[str, A
         out.append({"name": prefix.rstrip("."), "offset": offset,
                     "width": Shape.cast(layout).width})
     return out
+
+
+def type_lists(op: str, config) -> dict[str, tuple[str, ...]]:
+    """The type lists the ``op`` (``quantize`` / ``dequantize``) unit's format registers
+    index, by register field (``x_fmt``, ``s_fmt``, ``prec``, ``out_fmt``)."""
+    c = config
+    if op == "quantize":
+        return {"x_fmt": c.q_inputs, "s_fmt": c.scales, "prec": c.precisions,
+                "out_fmt": c.q_outputs}
+    from qaccel.rtl.elementwise.dequantize_lane import dq_scales
+
+    return {"x_fmt": c.dq_inputs, "s_fmt": dq_scales(c), "out_fmt": c.dq_outputs}
 
 
 class AxisTop(wiring.Component):
@@ -107,7 +119,7 @@ class AxisTop(wiring.Component):
         types = {}
         for name, _ in lane_regs:
             if name.endswith("_fmt"):
-                types[name] = list(self._type_table(name))
+                types[name] = list(type_lists(self._op, c)[name])
         return {
             "module": f"qaccel_{self._op}",
             "operator": self._op,
@@ -125,13 +137,6 @@ class AxisTop(wiring.Component):
             "output_bits": {t: _bits(t) for t in self._outputs},
         }
 
-    def _type_table(self, field: str) -> tuple[str, ...]:
-        c = self._unit.config
-        if self._op == "quantize":
-            return {"x_fmt": c.q_inputs, "s_fmt": c.scales, "prec": c.precisions,
-                    "out_fmt": c.q_outputs}[field]
-        from qaccel.rtl.elementwise.dequantize_lane import dq_scales
-        return {"x_fmt": c.dq_inputs, "s_fmt": dq_scales(c), "out_fmt": c.dq_outputs}[field]
 
     def elaborate(self, platform):
         m = Module()
