@@ -325,3 +325,30 @@ def test_cli_accel_top_writes_the_board_description(tmp_path, monkeypatch, capsy
     with pytest.raises(ValueError, match="baud 1300000 is no divisor of the iCEBreaker's 12 "
                                          "MHz clock"):
         bitstream.AccelTop(BOARDS["icebreaker"], baud=1_300_000)
+
+
+@pytest.mark.synth
+@pytest.mark.parametrize("board", ["icebreaker", "orangecrab-25f", "ulx3s-85f"])
+def test_accel_top_builds_with_timing_met(board, tmp_path):
+    """Each board's default accelerator top (BOARD_OPS, board_config) places, routes and
+    meets the board clock (the README's table; the ECP5 builds take 15 to 30 minutes)."""
+    b = BOARDS[board]
+    if (reason := missing_tools(b.tools_target)) is not None:
+        pytest.skip(reason)
+    r = build_bitstream(board, lambda b: bitstream.AccelTop(
+        b, bitstream.board_config(board), bitstream.BOARD_OPS[board]), tmp_path, name="accel")
+    assert r.timing_met and r.bitstream.stat().st_size > 50_000
+    for kind, (used, available) in r.resources.items():
+        assert used <= available, kind
+
+
+@pytest.mark.synth
+def test_up5k_holds_no_dequantize_core_as_well(tmp_path):
+    """The iCEBreaker's default top with the Dequantize core added does not fit, as the
+    docs say: nextpnr runs out of DSPs (9 needed, 8 there) and logic cells."""
+    if (reason := missing_tools("up5k")) is not None:
+        pytest.skip(reason)
+    with pytest.raises(DesignDoesNotFitError, match="does not fit the iCEBreaker"):
+        build_bitstream("icebreaker", lambda b: bitstream.AccelTop(
+            b, bitstream.board_config("icebreaker").replace(divider_dsps=2),
+            ("quantize", "dequantize")), tmp_path, name="accel")
