@@ -77,7 +77,7 @@ class AxiLiteRegisters(wiring.Component):
                     continue
                 name = port_name(reg, f)
                 if f.access == "ro":
-                    if not _constant(reg.name):
+                    if not reg.constant:
                         ports[name] = In(f.width)
                 elif f.access == "w1c":
                     ports[f"{name}_set"] = In(f.width)
@@ -179,14 +179,10 @@ class AxiLiteRegisters(wiring.Component):
                 continue
             if f.job_bit is not None:
                 value = job[f.job_bit:f.job_bit + f.width]
-            elif f.access == "ro" and _constant(reg.name):
+            elif reg.constant:
                 value = Const(f.reset, f.width)
             else:
                 value = getattr(self, port_name(reg, f))
             parts.append((f.lsb, value))
         return sum((value.as_unsigned() << lsb for lsb, value in parts), Const(0, 32))[:32]
 
-
-def _constant(register: str) -> bool:
-    """Registers whose read-only fields are constants of the map (their resets)."""
-    return register in ("ID", "VERSION", "CONFIG")

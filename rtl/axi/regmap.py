@@ -72,7 +72,8 @@ class Field:
 class Register:
     """A 32-bit register at byte ``offset``. ``stall``: a write waits (no write response)
     until the core can take it. ``held``: writes are refused while the core is busy (job
-    and table registers; job registers are held whatever the flag)."""
+    and table registers; job registers are held whatever the flag). ``constant``: its
+    fields read their ``reset`` values (identification)."""
 
     name: str
     offset: int
@@ -80,6 +81,7 @@ class Register:
     fields: tuple[Field, ...]
     stall: bool = False
     held: bool = False
+    constant: bool = False
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -297,14 +299,15 @@ def _control_block(op: str, config: AccelConfig, errors: list[tuple[str, str]]) 
     R, F = Register, Field
     return [
         R("ID", 0x000, "Identifies a qaccel core: reads 0x51414343 (ASCII \"QACC\").",
-          (F("id", 0, 32, "ro", "0x51414343", CORE_ID),)),
+          (F("id", 0, 32, "ro", "0x51414343", CORE_ID),), constant=True),
         R("VERSION", 0x004, "The register map's version and the core's operator.",
           (F("map", 0, 8, "ro", "register map version", MAP_VERSION),
-           F("op", 8, 8, "ro", "1 quantize, 2 dequantize, 3 matmul_nbits", OPS[op]))),
+           F("op", 8, 8, "ro", "1 quantize, 2 dequantize, 3 matmul_nbits", OPS[op])),
+          constant=True),
         R("CONFIG", 0x008, "CRC-32 of the core's configuration (its part of config.json, "
           "keys sorted, compact JSON): a driver checks it against the configuration it "
           "was given.", (F("crc", 0, 32, "ro", "zlib.crc32 of the configuration",
-                           _crc(config, op)),)),
+                           _crc(config, op)),), constant=True),
         R("CTRL", 0x010, "Actions. Writing 1 to `start` starts the job held in the job "
           "registers (checked first: see ERROR; the write completes once a table entry "
           "committed before it is in); `reset` aborts the running job and empties the "

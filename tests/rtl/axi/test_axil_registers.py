@@ -13,7 +13,7 @@ from qaccel.rtl.axi.regmap import Field, Register, RegisterMap
 
 F, R = Field, Register
 MAP = RegisterMap("t", "quantize", (
-    R("ID", 0x00, "", (F("id", 0, 32, "ro", "", 0x51414343),)),
+    R("ID", 0x00, "", (F("id", 0, 32, "ro", "", 0x51414343),), constant=True),
     R("CTRL", 0x04, "", (F("start", 0, 1, "wo", ""), F("arg", 8, 8, "wo", ""))),
     R("STATUS", 0x08, "", (F("busy", 0, 1, "ro", ""), F("level", 4, 4, "ro", ""))),
     R("ERROR", 0x0C, "", (F("a", 0, 1, "w1c", ""), F("b", 1, 1, "w1c", ""))),
