@@ -21,7 +21,7 @@ os.environ["MPLBACKEND"] = "Agg"
 
 #: Markers whose tests run only when selected with ``-m`` (e.g. ``pytest -m slow``): large
 #: sweeps and the synthesis / formal tools, run and reported in the issue notes.
-OPT_IN_MARKERS = ("slow", "synth")
+OPT_IN_MARKERS = ("slow", "synth", "fuzz", "regression")
 
 
 def _notebook_markers(items) -> None:
