@@ -354,7 +354,9 @@ class AccelConfig:
                             f"MatMulNBits engine's; docs/matmul_nbits_engine.md): leave it out")
         unknown = sorted(set(fields) - set(_OWNER))
         if unknown:
-            raise TypeError(f"AccelConfig got unknown field(s) {', '.join(unknown)}")
+            raise TypeError(f"AccelConfig got unknown field(s) "
+                            f"{', '.join(f'{n}={fields[n]!r}' for n in unknown)}; the fields "
+                            f"are {', '.join(sorted(_OWNER))}")
         given = {"elementwise": elementwise, "matmul_nbits": matmul_nbits}
         set_ = object.__setattr__
         for part, cls in PARTS.items():

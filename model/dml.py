@@ -15,6 +15,12 @@ chooses, and is bit-exact with:
 - ``round`` = round half to even (HLSL ``round``), then ``+ zero_point`` and the clamp;
 - quotients beyond the range, and +-inf, saturate; NaN (for example 0 / 0) gives ``Min``.
   A zero scale is undefined in DirectML; here it gives what IEEE division gives.
+
+Array-likes follow :mod:`.quant`'s rule (NumPy arrays keep their dtype, a non-native byte
+order becomes native): Python numbers, lists and tuples become, for ``input``, float32
+(some float) or int32 (all ints); for ``scale``, ``input``'s type (float32 for an int32
+``input``); for ``zero_point``, ``output_dtype`` (default int8), exactly.  Each must still
+have ``input``'s rank (DirectML's DimensionCount): ``scale=[[0.5]]`` for a 2-D input.
 """
 
 from __future__ import annotations
@@ -22,10 +28,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import quant_kernels as qk
-from .dtypes import dtype_name, float_dtype, qtype
+from .dtypes import dtype_name, qtype
 from .indexing import broadcast_layout
 from .quant import CheckedCall
-from .validate import as_array
+from .validate import as_array, check_dtype, dtype_expr, is_python_data
 
 __all__ = ["check_dml", "dml_quantize_linear"]
 
@@ -36,23 +42,31 @@ MAX_RANK = 8
 def check_dml(input, scale, zero_point=None, *, output_dtype=np.int8) -> CheckedCall:
     """Check the arguments of :func:`dml_quantize_linear` (its exceptions, nothing computed);
     ``scale`` and ``zero_point`` come back broadcast to their common shape."""
-    x = as_array("input", input)
-    scale = as_array("scale", scale)
-    zero_point = as_array("zero_point", zero_point, allow_none=True)
-    x_dtype = float_dtype(x.dtype, param="input", allowed=("float32", "float16", "int32"))
-    s_dtype = float_dtype(scale.dtype, param="scale", allowed=("float32", "float16"))
+    x = as_array("input", input, floats=np.float32, ints=np.int32)
+    x_dtype = check_dtype("input", x, ("float32", "float16", "int32"))
+    s_type = np.float32 if x_dtype == np.int32 else x_dtype
+    scale = as_array("scale", scale, floats=s_type, ints=s_type)
+    s_dtype = check_dtype("scale", scale, ("float32", "float16"))
     if x_dtype == np.int32 and s_dtype != np.float32:
-        raise TypeError(f"an int32 input needs a float32 scale, not {dtype_name(s_dtype)}")
+        raise TypeError(f"an int32 input needs a float32 scale, not {dtype_name(s_dtype)}: "
+                        f"convert it: scale.astype(np.float32)")
     if x_dtype != np.int32 and s_dtype != x_dtype:
         raise TypeError(
-            f"scale must have the input's type ({dtype_name(x_dtype)}), not {dtype_name(s_dtype)}"
+            f"scale must have the input's type ({dtype_name(x_dtype)}), not "
+            f"{dtype_name(s_dtype)}: convert it: scale.astype({dtype_expr(x_dtype)})"
         )
     if zero_point is None:
         out_q = qtype(output_dtype, param="output_dtype", allowed=("int8", "uint8"))
     else:
+        zp_type = qtype(output_dtype, param="output_dtype", allowed=("int8", "uint8")).dtype \
+            if is_python_data(zero_point) else None
+        zero_point = as_array("zero_point", zero_point, floats=zp_type, ints=zp_type,
+                              exact=True, why="output_dtype, default int8")
+        check_dtype("zero_point", zero_point, ("int8", "uint8"))
         out_q = qtype(zero_point.dtype, param="zero_point", allowed=("int8", "uint8"))
     if not 1 <= x.ndim <= MAX_RANK:
-        raise ValueError(f"input must have 1 to {MAX_RANK} dimensions, not {x.ndim}")
+        fix = "input.reshape(1)" if x.ndim == 0 else "merge dimensions: input.reshape(...)"
+        raise ValueError(f"input must have 1 to {MAX_RANK} dimensions, not {x.ndim}: {fix}")
 
     layout = broadcast_layout(x.shape, scale.shape, param="scale")
     if zero_point is not None and zero_point.shape != scale.shape:
@@ -72,14 +86,14 @@ def dml_quantize_linear(input, scale, zero_point=None, *, output_dtype=np.int8):
 
     Parameters
     ----------
-    input : ndarray
-        float32, float16 or int32, 1 to 8 dimensions.
-    scale : ndarray
+    input : array_like
+        float32, float16 or int32, 1 to 8 dimensions (Python floats: float32, ints: int32).
+    scale : array_like
         The rank of ``input``, each size ``input``'s or 1; float32 for an int32 input,
-        otherwise ``input``'s type.
-    zero_point : ndarray, optional
+        otherwise ``input``'s type (Python numbers become that type).
+    zero_point : array_like, optional
         int8 or uint8, shaped like ``scale`` (independently broadcast); its type is the
-        output type.
+        output type (Python numbers: ``output_dtype``, exactly).
     output_dtype : dtype
         int8 or uint8, the output type when there is no zero point (ignored otherwise).
 
@@ -91,7 +105,7 @@ def dml_quantize_linear(input, scale, zero_point=None, *, output_dtype=np.int8):
     Raises
     ------
     TypeError
-        Unsupported or inconsistent dtypes.
+        Unsupported or inconsistent dtypes (naming the conversion to make).
     ValueError
         Ranks outside 1..8 or different, sizes that do not broadcast.
     """

@@ -190,6 +190,12 @@ def _scale_layout(x_shape, scale_shape, axis, block_size, param) -> ScaleLayout:
     rank = len(x_shape)
     if math.prod(scale_shape) == 1:
         return ScaleLayout("per-tensor", x_shape, scale_shape, (0,) * rank, (1,) * rank)
+    if rank == 0:
+        raise ValueError(
+            f"x is 0-d (a scalar), so only a per-tensor {param} (one element) applies to it, "
+            f"not shape {scale_shape}: give a one-element {param}, or an x with the axis "
+            f"that the scales run along"
+        )
     ax = check_axis("axis", axis, rank)
     blocks = [1] * rank
     if block_size == 0:
@@ -197,6 +203,7 @@ def _scale_layout(x_shape, scale_shape, axis, block_size, param) -> ScaleLayout:
             raise ValueError(
                 f"{param} must be a scalar, or 1-D of length x.shape[{ax}] = {x_shape[ax]} "
                 f"for per-axis quantisation (axis={axis}); got shape {scale_shape}"
+                + _layout_hint(x_shape, scale_shape, ax, param)
             )
         strides = [0] * rank
         strides[ax] = 1
@@ -208,10 +215,41 @@ def _scale_layout(x_shape, scale_shape, axis, block_size, param) -> ScaleLayout:
             f"{param} must have shape {tuple(expected)} for blocked quantisation of x "
             f"{x_shape} along axis {ax} with block_size={block_size} "
             f"(ceil({x_shape[ax]}/{block_size}) blocks); got {scale_shape}"
+            + _layout_hint(x_shape, scale_shape, ax, param, block_size)
         )
     blocks[ax] = block_size
     strides = tuple(_c_strides(scale_shape))
     return ScaleLayout("blocked", x_shape, scale_shape, strides, tuple(blocks))
+
+
+def _layout_hint(x_shape, scale_shape, ax, param, block_size=0) -> str:
+    """The arguments that would make ``scale_shape`` fit ``x_shape`` (``"; ..."``), or ``""``:
+    ``block_size=0`` for a per-axis scale, the ``axis`` of a per-axis scale whose length is
+    another dimension's, the ``block_size`` (and ``axis``) of a blocked scale."""
+    rank = len(x_shape)
+    if len(scale_shape) == 1:
+        n = scale_shape[0]
+        if n == x_shape[ax]:
+            return f"; a per-axis {param} needs block_size=0"
+        axes = [d for d in range(rank) if x_shape[d] == n]
+        zero = ", block_size=0" if block_size else ""
+        return f"; for per-axis quantisation along axis {axes[0]} give axis={axes[0]}{zero}" \
+            if axes else ""
+    if len(scale_shape) != rank:
+        return ""
+    diffs = [d for d in range(rank) if scale_shape[d] != x_shape[d]]
+    if not diffs:  # one scale per element: blocks of 1 along any axis
+        return "" if block_size == 1 else "; it fits block_size=1 (one scale per element)"
+    if len(diffs) != 1 or scale_shape[diffs[0]] < 1:
+        return ""
+    d = diffs[0]
+    n, s = x_shape[d], scale_shape[d]
+    b = -(-n // s) if n else 1
+    if -(-n // b) != s:
+        return ""
+    axis = "" if d == ax else f"axis={d}, "
+    return (f"; for blocked quantisation give {axis}block_size={b} (ceil({n}/{b}) = {s} "
+            f"blocks along axis {d})")
 
 
 def broadcast_layout(x_shape, param_shape, *, param="scale") -> ScaleLayout:
@@ -227,14 +265,20 @@ def broadcast_layout(x_shape, param_shape, *, param="scale") -> ScaleLayout:
 @functools.lru_cache(maxsize=256)
 def _broadcast_layout(x_shape, param_shape, param) -> ScaleLayout:
     if len(param_shape) != len(x_shape):
+        rank, short = len(x_shape), len(param_shape)
+        numpy_style = short < rank and all(
+            p in (1, n) for p, n in zip(param_shape[::-1], x_shape[::-1], strict=False))
+        hint = (f"{param}.reshape{(1,) * (rank - short) + param_shape}" if numpy_style
+                else f"{param}.reshape{(1,) * rank} for one value")
         raise ValueError(
-            f"{param} must have the rank of input ({len(x_shape)}); got shape {param_shape}"
+            f"{param} must have the rank of input ({len(x_shape)}); got shape {param_shape}: "
+            f"give its sizes with 1s for the broadcast dimensions, e.g. {hint}"
         )
     for d, (n, p) in enumerate(zip(x_shape, param_shape, strict=True)):
         if p not in (1, n):
             raise ValueError(
                 f"{param} shape {param_shape} does not broadcast to input shape {x_shape} "
-                f"(dimension {d}: {p} is neither 1 nor {n})"
+                f"(dimension {d}: {p} is neither 1 nor {n}): each size must be input's or 1"
             )
     c_strides = zip(_c_strides(param_shape), param_shape, strict=True)
     strides = [s if p != 1 else 0 for s, p in c_strides]

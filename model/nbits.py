@@ -43,6 +43,15 @@ Prepared weights
     int8 path are taken differently (exact int32 sums in any order, so the same integers),
     and ``bsum * zs + f64(xs) * isum`` is one fma where both products are exact.
 
+Array-likes
+    NumPy arrays keep their dtype (a non-native byte order becomes native); Python numbers,
+    lists and tuples become: ``A`` float32; ``scales``, ``bias`` and float zero points A's
+    type (float32 in :func:`prepare_nbits` and :func:`dequantize_nbits`, which have no A);
+    ``B`` uint8; ``zero_points`` of Python ints packed uint8, with a Python float A's type;
+    ``g_idx`` int32; ``W`` float32.  Integers must fit their type (ValueError naming the
+    value).  A, scales, bias and float zero points share one type: a mismatch is a
+    TypeError naming both types and the conversion.
+
 ORT 1.31.1 on x86-64 with AVX512-VNNI (measured; B, scales, zero points and g_idx as
 initializers, which is what lets ORT prepack B and use CompInt8):
 
@@ -77,7 +86,7 @@ import numpy as np
 from . import nbits_kernels as _k
 from .jitcache import locked_call
 from .quant_kernels import run_items
-from .validate import as_array, check_int, check_power_of_two, check_shape
+from .validate import as_array, check_int, check_power_of_two, check_shape, dtype_expr
 
 __all__ = [
     "NBitsArgs",
@@ -117,8 +126,16 @@ def _bits(bits) -> int:
     return check_int("bits", bits, 2, 8)
 
 
+#: Largest block_size (the kernels index blocks with native integers).
+MAX_BLOCK_SIZE = 1 << 31
+
+
 def _block_size(block_size) -> int:
-    return check_power_of_two("block_size", block_size, 16)
+    bs = check_power_of_two("block_size", block_size, 16)
+    if bs > MAX_BLOCK_SIZE:
+        raise ValueError(f"block_size must be a power of two from 16 to 2**31, not {bs}: the "
+                         f"next power of two >= K already makes one block per column")
+    return bs
 
 
 def _storage_bits(bits: int) -> int:
@@ -131,9 +148,11 @@ def _nbytes(count: int, bits: int) -> int:
 
 
 def _uint8(param: str, value) -> np.ndarray:
-    arr = as_array(param, value)
+    arr = as_array(param, value, ints=np.uint8, why="packed bytes")
     if arr.dtype != np.uint8:
-        raise TypeError(f"{param} must be a uint8 array, not {arr.dtype}")
+        fix = (f"{param}.view(np.uint8) reinterprets its bytes" if arr.dtype == np.int8
+               else f"convert it: {param}.astype(np.uint8)")
+        raise TypeError(f"{param} must be a uint8 array, not {arr.dtype}: {fix}")
     return arr
 
 
@@ -245,7 +264,8 @@ class NBitsArgs:
         self.zpk = np.zeros((1, 1), np.uint8)
         self.zpf = np.zeros((1, 1), np.float32)
         if zero_points is not None:
-            z = as_array("zero_points", zero_points)
+            z = as_array("zero_points", zero_points, floats=dtype, ints=np.uint8,
+                         why="Python ints are packed uint8 zero points, floats A's type")
             if z.dtype == np.uint8:
                 nz = _nbytes(kb, bits)
                 if z.shape not in ((N, nz), (N * nz,)):
@@ -261,14 +281,16 @@ class NBitsArgs:
             else:
                 raise TypeError(
                     f"zero_points must be uint8 (packed) or {_A_DTYPES[dtype]} like A, "
-                    f"not {z.dtype}"
+                    f"not {z.dtype}: convert it: zero_points.astype(np.uint8) (packed) or "
+                    f"zero_points.astype({dtype_expr(dtype)}) (one per block)"
                 )
 
         self.gidx = None
         if g_idx is not None:
-            g = as_array("g_idx", g_idx)
+            g = as_array("g_idx", g_idx, ints=np.int32)
             if g.dtype != np.int32:
-                raise TypeError(f"g_idx must be an int32 array, not {g.dtype}")
+                raise TypeError(f"g_idx must be an int32 array, not {g.dtype}: convert it: "
+                                f"g_idx.astype(np.int32)")
             check_shape("g_idx", g, (K,), "K")
             bad = (g < 0) | (g >= kb)
             if bad.any():
@@ -277,9 +299,9 @@ class NBitsArgs:
 
     @staticmethod
     def _per_block(param, value, dtype, N, kb):
-        v = as_array(param, value)
+        v = as_array(param, value, floats=dtype, ints=dtype)
         if v.dtype != dtype:
-            raise TypeError(f"{param} must be {_A_DTYPES[dtype]} like A, not {v.dtype}")
+            raise TypeError(_like_A(param, v.dtype, dtype))
         if v.shape not in ((N, kb), (N * kb,)):
             raise ValueError(f"{param} must have shape {(N, kb)} (N, k_blocks), not {v.shape}")
         return np.ascontiguousarray(v.reshape(N, kb), dtype=np.float32)
@@ -344,27 +366,50 @@ def _activation_words(qa, op, wbits):
     return q.view(np.int32).reshape(M, -1)
 
 
+def _like_A(param: str, got, dtype) -> str:
+    """The message for a ``param`` whose type is not A's ``dtype``."""
+    return (f"{param} must be {_A_DTYPES[dtype]} like A, not {np.dtype(got)}: A, scales, "
+            f"bias and float zero points share one type; convert it: "
+            f"{param}.astype({dtype_expr(dtype)}), or A: A.astype({dtype_expr(got)})"
+            if np.dtype(got) in _A_DTYPES else
+            f"{param} must be {_A_DTYPES[dtype]} like A, not {np.dtype(got)}: convert it: "
+            f"{param}.astype({dtype_expr(dtype)})")
+
+
+def _scales(scales) -> np.ndarray:
+    """``scales`` without A to compare with (prepare_nbits, dequantize_nbits): float32,
+    float16 or bfloat16; Python numbers become float32."""
+    s = as_array("scales", scales, floats=np.float32, ints=np.float32)
+    if s.dtype not in _A_DTYPES:
+        raise TypeError(f"scales must be float32, float16 or bfloat16, not {s.dtype}: "
+                        f"convert it: scales.astype(np.float32)")
+    return s
+
+
 def check_bias(bias, dtype, N):
     """``bias`` as an array of A's ``dtype`` and shape (N,), or None."""
     if bias is None:
         return None
-    b = as_array("bias", bias)
+    b = as_array("bias", bias, floats=dtype, ints=dtype)
     if b.dtype != dtype:
-        raise TypeError(f"bias must be {_A_DTYPES[dtype]} like A, not {b.dtype}")
+        raise TypeError(_like_A("bias", b.dtype, dtype))
     check_shape("bias", b, (N,), "N")
     return b
 
 
-def check_A(A, K):
+def check_A(A, K, dtype=np.float32):
     """``A`` as an array of float32, float16 or bfloat16 of rank >= 2 and last dimension
-    ``K`` (TypeError / ValueError naming it)."""
-    a = as_array("A", A)
+    ``K`` (TypeError / ValueError naming it); Python numbers (lists) become ``dtype``."""
+    a = as_array("A", A, floats=dtype, ints=dtype)
     if a.dtype not in _A_DTYPES:
-        raise TypeError(f"A must be float32, float16 or bfloat16, not {a.dtype}")
+        raise TypeError(f"A must be float32, float16 or bfloat16, not {a.dtype}: convert it: "
+                        f"A.astype({dtype_expr(dtype)})")
     if a.ndim < 2:
-        raise ValueError(f"A must have rank >= 2 ([..., K]), not rank {a.ndim}")
+        raise ValueError(f"A must have rank >= 2 ([..., K]), not rank {a.ndim} (shape "
+                         f"{a.shape}): one row is A.reshape(1, -1)")
     if a.shape[-1] != K:
-        raise ValueError(f"A's last dimension must be K={K}, not {a.shape[-1]}")
+        raise ValueError(f"A's last dimension must be K={K}, not {a.shape[-1]} (A of shape "
+                         f"{a.shape}): A is (..., K), the weights W (K, N)")
     return a
 
 
@@ -416,11 +461,19 @@ class NBitsWeights:
         )
 
     def matmul(self, A, bias=None, *, accuracy_level=0):
-        """``Y = A @ W + bias``, as :func:`matmul_nbits` with these weights."""
+        """``Y = A @ W + bias``, as :func:`matmul_nbits` with these weights.
+
+        ``A`` (and ``bias``) must have the type of the weights' scales (:attr:`dtype`; Python
+        numbers become it): TypeError naming A, its type and the conversion otherwise."""
         level = check_int("accuracy_level", accuracy_level, 0, 4)
-        a = check_A(A, self.K)
+        a = check_A(A, self.K, dtype=self._dtype)
         if a.dtype != self._dtype:
-            raise TypeError(f"scales must be {_A_DTYPES[a.dtype]} like A, not {self._dtype}")
+            want = _A_DTYPES[self._dtype]
+            raise TypeError(
+                f"A must be {want}, the type of the prepared weights' scales, not "
+                f"{_A_DTYPES[a.dtype]}: convert it: A.astype({dtype_expr(self._dtype)}), or "
+                f"prepare the weights with {_A_DTYPES[a.dtype]} scales (A, scales, bias and "
+                f"float zero points share one type: float32, float16 or bfloat16)")
         return self._run(a, bias, level)
 
     def _run_packed(self, a2, int8, out):
@@ -491,9 +544,7 @@ def prepare_nbits(B, scales, zero_points=None, g_idx=None, *, K, N, bits, block_
     -------
     NBitsWeights
     """
-    s = as_array("scales", scales)
-    if s.dtype not in _A_DTYPES:
-        raise TypeError(f"scales must be float32, float16 or bfloat16, not {s.dtype}")
+    s = _scales(scales)
     return _prepare(
         B, s, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size, dtype=s.dtype
     )
@@ -520,7 +571,8 @@ def matmul_nbits(
 
     Parameters
     ----------
-    A : numpy.ndarray, shape (..., K), float32, float16 or bfloat16
+    A : array_like, shape (..., K), float32, float16 or bfloat16
+        (Array-likes: see the module notes; every array parameter converts the same way.)
     B : numpy.ndarray of uint8, shape (N, k_blocks, block_size*bits/8)
         ``k_blocks = ceil(K/block_size)``; each block an LSB-first ``bits``-bit stream.
     scales : numpy.ndarray of A's dtype, shape (N, k_blocks) (or flattened)
@@ -570,9 +622,7 @@ def dequantize_nbits(B, scales, zero_points=None, g_idx=None, *, K, N, bits, blo
     Same arguments as :func:`matmul_nbits`; the result is float32 whatever the scales' type
     (ORT widens float16 scales and zero points to float32 before dequantising).
     """
-    scales_arr = as_array("scales", scales)
-    if scales_arr.dtype not in _A_DTYPES:
-        raise TypeError(f"scales must be float32, float16 or bfloat16, not {scales_arr.dtype}")
+    scales_arr = _scales(scales)
     op = NBitsArgs(
         B,
         scales_arr,
@@ -670,9 +720,10 @@ def quantize_weights_nbits(W, *, bits, block_size, symmetric):
     bs = _block_size(block_size)
     if not isinstance(symmetric, (bool, np.bool_)):
         raise TypeError(f"symmetric must be a bool, not {symmetric!r}")
-    w = as_array("W", W)
+    w = as_array("W", W, floats=np.float32, ints=np.float32)
     if w.dtype not in (np.float32, np.float16):
-        raise TypeError(f"W must be a float32 or float16 array, not {w.dtype}")
+        raise TypeError(f"W must be a float32 or float16 array, not {w.dtype}: convert it: "
+                        f"W.astype(np.float32)")
     if w.ndim != 2 or 0 in w.shape:
         raise ValueError(f"W must be a non-empty 2-D array (K, N), not shape {w.shape}")
     K, N = w.shape

@@ -23,8 +23,38 @@ overflows to infinity from 2**16); DequantizeLinear multiplies in float32 (float
 with a zero point).  With such a scale DequantizeLinear requires ``output_dtype`` (ValueError
 without it): the reference would return float8e8m0, which the spec's output types exclude.
 
+Array-likes and byte order
+--------------------------
+NumPy arrays and scalars (and other libraries' arrays, through ``__array__``) keep their
+dtype: a float64 array is refused (TypeError naming the allowed types and the fix,
+``x.astype(np.float32)``), as the ONNX type constraints exclude it.  A non-native byte order
+(``x.astype('>f4')``) is converted to the native one of the same type.  Python numbers,
+lists and tuples have no ONNX type; they become, per parameter (ints must fit, zero points
+must be exact, else ValueError naming the value):
+
+=====================  ===================================================================
+parameter              what Python numbers (lists, tuples) become
+=====================  ===================================================================
+Q ``x``                float32 (some Python float), int32 (all ints)
+Q ``y_scale``          ``x``'s type if float32, float16 or bfloat16, else float32
+Q ``y_zero_point``     ``output_dtype`` (default uint8): the zero point's type is the output's
+DQ ``x``               a typed ``x_zero_point``'s type; without one int32 (floats refused)
+DQ ``x_scale``         ``output_dtype`` if given, else float32
+DQ ``x_zero_point``    ``x``'s type
+=====================  ===================================================================
+
+So ``quantize_linear([1.5, 2.6], 1.0, [3], output_dtype=np.int8)`` is
+``quantize_linear(np.float32([1.5, 2.6]), np.float32(1), np.int8([3]))``: the rule of opsets
+10 to 21 that ``x`` and its scale share a type, and the spec's rule that the zero point's type
+is the output's.  onnx.reference (1.23) itself refuses Python lists and numbers (its operators
+read ``.shape`` and ``.dtype``; TypeError "Issues with types"); it divides big-endian float
+arrays as NumPy does, with the same result, and refuses a big-endian integer ``x`` of
+DequantizeLinear ("Unable to convert type").
+
 Documented deviations from onnx.reference
 -----------------------------------------
+- **float64 ``x``.**  The reference divides whatever NumPy divides, float64 too; qaccel
+  keeps to the spec's types (TypeError, with the conversion to make).
 - **Saturation where the reference's int32 arithmetic wraps (QuantizeLinear to integer
   types).**  The reference computes ``clip(int32(rint(x / scale)) + zero_point)`` in int32:
   quotients beyond the int32 range, +-inf and NaN become INT32_MIN, and the sum with the zero
@@ -58,10 +88,10 @@ import ml_dtypes
 import numpy as np
 
 from . import quant_kernels as qk
-from .config import DQ_OUTPUTS, Q_INPUTS, Q_OUTPUTS, SCALES
+from .config import DQ_INPUTS, DQ_OUTPUTS, Q_INPUTS, Q_OUTPUTS, SCALES
 from .dtypes import E8M0, QTYPES, QType, dtype_name, float_dtype, qtype
 from .indexing import ScaleLayout, scale_layout
-from .validate import as_array, check_int
+from .validate import as_array, check_dtype, check_int, dtype_expr, is_python_data
 
 __all__ = ["CheckedCall", "check_dequantize", "check_quantize", "division_dtype",
            "dequantize_linear", "quantize_linear"]
@@ -103,7 +133,8 @@ def _check_saturate(saturate) -> bool:
 def _check_zero_point_shape(param: str, zero_point, scale) -> None:
     if zero_point.shape != scale.shape and not (zero_point.size == 1 == scale.size):
         raise ValueError(
-            f"{param} must have the shape of the scale {scale.shape}, not {zero_point.shape}"
+            f"{param} must have the shape of the scale {scale.shape}, not {zero_point.shape}: "
+            f"one zero point per scale"
         )
 
 
@@ -166,27 +197,59 @@ class CheckedCall:
         return self.x.shape
 
 
+#: Largest ``block_size`` (the kernels index blocks in int64); any ``block_size`` of at least
+#: ``x.shape[axis]`` already makes one block along the axis.
+MAX_BLOCK_SIZE = 1 << 62
+
+
+def _check_block_size(block_size, x_shape, axis) -> int:
+    block_size = check_int("block_size", block_size, lo=0)
+    if block_size > MAX_BLOCK_SIZE:
+        rank = len(x_shape)
+        fix = (f"block_size={x_shape[axis % rank]} (x.shape[{axis % rank}]) gives one block "
+               f"along axis {axis}" if rank and -rank <= axis < rank
+               else "block_size=x.shape[axis] gives one block along the axis")
+        raise ValueError(f"block_size must be in [0, 2**62], not {block_size}: {fix}")
+    return block_size
+
+
+def _float_side(dtype) -> np.dtype:
+    """The float type Python-number scales take next to ``dtype``: itself if it is float32,
+    float16 or bfloat16, else float32."""
+    dtype = np.dtype(dtype) if dtype is not None else _F32
+    return dtype if dtype in (_F32, _F16, _BF16) else _F32
+
+
 def check_quantize(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, output_dtype=None,
                    saturate=True, precision=None) -> CheckedCall:
-    """Check the arguments of :func:`quantize_linear` (its exceptions, nothing computed)."""
-    x = as_array("x", x)
-    y_scale = as_array("y_scale", y_scale)
-    zero_point = as_array("y_zero_point", y_zero_point, allow_none=True)
-    float_dtype(x.dtype, param="x", allowed=Q_INPUTS)
-    float_dtype(y_scale.dtype, param="y_scale", allowed=SCALES)
-    check_int("axis", axis)
-    block_size = check_int("block_size", block_size, lo=0)
+    """Check the arguments of :func:`quantize_linear` (its exceptions, nothing computed) and
+    convert array-likes as its docstring states."""
+    x = as_array("x", x, floats=_F32, ints=np.int32)
+    check_dtype("x", x, Q_INPUTS)
+    side = _float_side(x.dtype)
+    y_scale = as_array("y_scale", y_scale, floats=side, ints=side)
+    check_dtype("y_scale", y_scale, SCALES)
+    axis = check_int("axis", axis)
+    block_size = _check_block_size(block_size, x.shape, axis)
     saturate = _check_saturate(saturate)
     if precision is not None:
         precision = float_dtype(precision, param="precision")
     out_q = None if output_dtype is None else qtype(
         output_dtype, param="output_dtype", allowed=Q_OUTPUTS
     )
+    zp_type = (out_q or QTYPES["uint8"]).dtype
+    why = ("output_dtype" if out_q is not None else
+           "the default output type; give output_dtype for another")
+    zero_point = as_array("y_zero_point", y_zero_point, allow_none=True, floats=zp_type,
+                          ints=zp_type, exact=True, why=why)
     if zero_point is not None:
+        check_dtype("y_zero_point", zero_point, Q_OUTPUTS)
         zp_q = qtype(zero_point.dtype, param="y_zero_point", allowed=Q_OUTPUTS)
         if out_q is not None and out_q != zp_q:
             raise ValueError(
-                f"output_dtype {out_q.name} contradicts the zero point's type {zp_q.name}"
+                f"output_dtype {out_q.name} contradicts the zero point's type {zp_q.name}: "
+                f"the zero point's type is the output type; drop output_dtype, or give "
+                f"y_zero_point.astype({dtype_expr(out_q.dtype)})"
             )
         out_q = zp_q
     out_q = out_q or QTYPES["uint8"]
@@ -201,33 +264,49 @@ def check_quantize(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, outpu
 
 def check_dequantize(x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
                      output_dtype=None) -> CheckedCall:
-    """Check the arguments of :func:`dequantize_linear` (its exceptions, nothing computed)."""
-    x = as_array("x", x)
-    x_scale = as_array("x_scale", x_scale)
-    zero_point = as_array("x_zero_point", x_zero_point, allow_none=True)
+    """Check the arguments of :func:`dequantize_linear` (its exceptions, nothing computed) and
+    convert array-likes as its docstring states."""
+    typed_zp = x_zero_point is not None and not is_python_data(x_zero_point)
+    zero_point = as_array("x_zero_point", x_zero_point) if typed_zp else None
+    if typed_zp and dtype_name(zero_point.dtype) in DQ_INPUTS:
+        x_type, why = zero_point.dtype, "x_zero_point's type"
+        x = as_array("x", x, floats=x_type, ints=x_type, exact=True, why=why)
+    else:
+        x = as_array("x", x, ints=np.int32, why="Python ints become int32")
+    codes = ("x holds quantised codes: give their type, e.g. x.astype(np.int8) or "
+             "np.array(x, ml_dtypes.float8_e4m3fn)") if x.dtype.kind == "f" else None
+    check_dtype("x", x, DQ_INPUTS, codes)
     x_q = qtype(x.dtype, param="x")
-    float_dtype(x_scale.dtype, param="x_scale", allowed=DQ_SCALES)
-    check_int("axis", axis)
-    block_size = check_int("block_size", block_size, lo=0)
     if output_dtype is not None:
         out_dtype = float_dtype(output_dtype, param="output_dtype", allowed=DQ_OUTPUTS)
-    elif x_scale.dtype == E8M0:
+    side = _float_side(output_dtype)
+    x_scale = as_array("x_scale", x_scale, floats=side, ints=side)
+    check_dtype("x_scale", x_scale, DQ_SCALES)
+    axis = check_int("axis", axis)
+    block_size = _check_block_size(block_size, x.shape, axis)
+    if output_dtype is None and x_scale.dtype == E8M0:
         raise ValueError(
             "output_dtype is required with a float8e8m0 x_scale (float32, float16 or "
             "bfloat16): the output cannot be float8e8m0; got output_dtype=None"
         )
-    else:
+    if output_dtype is None:
         out_dtype = x_scale.dtype
     layout = scale_layout(x.shape, x_scale.shape, axis, block_size, param="x_scale")
+    if x_zero_point is not None and not typed_zp:
+        zero_point = as_array("x_zero_point", x_zero_point, floats=x.dtype, ints=x.dtype,
+                              exact=True, why="x's type")
     if zero_point is not None:
         _check_zero_point_shape("x_zero_point", zero_point, x_scale)
         if zero_point.dtype != x.dtype:
             raise ValueError(
                 f"x_zero_point must have the type of x ({x_q.name}), "
-                f"not {dtype_name(zero_point.dtype)}"
+                f"not {dtype_name(zero_point.dtype)}: convert it: "
+                f"x_zero_point.astype({dtype_expr(x.dtype)})"
             )
         if x_q.name in _FLOAT8 and np.any(zero_point.astype(np.uint8) != 0):
-            raise ValueError("x_zero_point must be zero for float8 types")
+            bad = zero_point.reshape(-1)[np.flatnonzero(zero_point.astype(np.uint8) != 0)[0]]
+            raise ValueError(f"x_zero_point must be zero for float8 types, not {bad}: "
+                             f"leave it out (x_zero_point=None)")
 
     return CheckedCall(x, x_scale, zero_point, layout, np.dtype(out_dtype), x_q=x_q)
 
@@ -247,18 +326,20 @@ def quantize_linear(
 
     Parameters
     ----------
-    x : ndarray
-        float32, float16, bfloat16 or int32.
-    y_scale : ndarray
+    x : array_like
+        float32, float16, bfloat16 or int32 (Python floats: float32, ints: int32).
+    y_scale : array_like
         float32, float16, bfloat16, int32 or float8e8m0; one element (per-tensor), 1-D
-        (per-axis) or the rank of ``x`` (blocked).
-    y_zero_point : ndarray, optional
-        Output-typed zero point with the scale's shape; its dtype sets the output type.  Not
+        (per-axis) or the rank of ``x`` (blocked).  Python numbers take ``x``'s float type
+        (float32 for an int32 ``x``).
+    y_zero_point : array_like, optional
+        Output-typed zero point with the scale's shape; its dtype sets the output type
+        (Python numbers take ``output_dtype``, default uint8, and must be exact in it).  Not
         used for float8 outputs (as in the reference), added before encoding for float4e2m1.
     axis : int
         Quantisation axis for per-axis and blocked scales; negative counts from the back.
     block_size : int
-        0, or the block length along ``axis`` (blocked quantisation).
+        0, or the block length along ``axis`` (blocked quantisation), at most 2**62.
     output_dtype : dtype, optional
         Output type when there is no zero point (default uint8): int2..int16 and their unsigned
         twins, float8e4m3fn, float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float4e2m1.
@@ -286,10 +367,11 @@ def quantize_linear(
     Raises
     ------
     TypeError
-        Unsupported dtypes, wrong argument types.
+        Unsupported dtypes, wrong argument types (naming the conversion to make).
     ValueError
-        Shapes that do not fit, ``axis`` out of range, ``output_dtype`` contradicting the
-        zero point's type.
+        Shapes that do not fit (naming the ``block_size`` or ``axis`` that would), ``axis``
+        out of range, a 0-d ``x`` with more than one scale, ``output_dtype`` contradicting
+        the zero point's type, Python numbers that do not fit their type.
     """
     c = check_quantize(x, y_scale, y_zero_point, axis=axis, block_size=block_size,
                        output_dtype=output_dtype, saturate=saturate, precision=precision)
@@ -331,13 +413,16 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
 
     Parameters
     ----------
-    x : ndarray
+    x : array_like
         int2..int32 or their unsigned twins, float8e4m3fn, float8e4m3fnuz, float8e5m2,
-        float8e5m2fnuz or float4e2m1.
-    x_scale : ndarray
+        float8e5m2fnuz or float4e2m1.  Python numbers take the type of a typed
+        ``x_zero_point`` (exactly); without one, Python ints become int32.
+    x_scale : array_like
         float32, float16, bfloat16 or float8e8m0; one element, 1-D (per-axis) or blocked.
-    x_zero_point : ndarray, optional
-        The type of ``x`` and the shape of the scale.  A float8 zero point must be zero (the
+        Python numbers become ``output_dtype`` if given, else float32.
+    x_zero_point : array_like, optional
+        The type of ``x`` (Python numbers: converted to it, exactly) and the shape of the
+        scale.  A float8 zero point must be zero (the
         reference's test: ``zero_point.astype(uint8) == 0``, so any ``|zp| < 1`` passes); a
         float4e2m1 zero point is ignored, as in the reference.
     axis, block_size : int
@@ -361,10 +446,11 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
     Raises
     ------
     TypeError
-        Unsupported dtypes, wrong argument types.
+        Unsupported dtypes, wrong argument types (naming the conversion to make).
     ValueError
-        Shapes that do not fit, ``axis`` out of range, a zero point whose type differs from
-        ``x``'s, a non-zero float8 zero point, no ``output_dtype`` with a float8e8m0 scale.
+        Shapes that do not fit (naming the ``block_size`` or ``axis`` that would), ``axis``
+        out of range, a zero point whose type differs from ``x``'s, a non-zero float8 zero
+        point, no ``output_dtype`` with a float8e8m0 scale, Python numbers that do not fit.
     """
     c = check_dequantize(x, x_scale, x_zero_point, axis=axis, block_size=block_size,
                          output_dtype=output_dtype)

@@ -128,13 +128,16 @@ class QaccelBackend(Backend):
 
     @classmethod
     def run_node(cls, node: onnx.NodeProto, inputs, device="CPU", outputs_info=None, **kwargs):
-        """Run one node on ``inputs`` (a list of arrays, ``None`` for omitted optional ones)."""
+        """Run one node on ``inputs`` (a list of arrays, ``None`` for omitted optional ones;
+        array-likes go through ``np.asarray``, a non-native byte order becomes native)."""
         names = list(node.input)
         graph_inputs, feeds = [], {}
         for name, value in zip(names, inputs, strict=False):
             if not name or value is None:
                 continue
             value = np.asarray(value)
+            if not value.dtype.isnative:  # ONNX tensor types are little-endian
+                value = value.astype(value.dtype.newbyteorder("="))
             elem = helper.np_dtype_to_tensor_dtype(value.dtype)
             graph_inputs.append(helper.make_tensor_value_info(name, elem, value.shape))
             feeds[name] = value

@@ -109,7 +109,7 @@ class RunRecord:
         return "\n".join(indent + line for line in (
             f"jobs {self.jobs}, elements {self.elements}, beats {self.beats}, cycles "
             f"{self.cycles} ({self.load_cycles} loading tables), "
-            f"{self.beats_per_cycle:.3f} beats/cycle",
+            f"{self.beats_per_cycle:.3f} beats/cycle over the call (table loads included)",
             f"latency {latency}; {self.simulator} ({self.harness}) {self.wall_time:.2f} s "
             f"wall, {self.elements_per_second:,.0f} elements/s simulated; build "
             f"{'reused' if self.build_reused else 'compiled'}",
@@ -156,8 +156,11 @@ class RTL:
     The Quantize and Dequantize units and the MatMulNBits engines are created and built on
     first use, once per configuration in a process (a finished build on disk is reused, see
     :func:`qaccel.sim.elementwise_sim.elementwise_build` and :mod:`qaccel.sim.streamsim`).
-    Each call raises what the golden function raises for invalid arguments, and ValueError
-    naming the configuration field when the instance does not carry a type the call needs.
+    Each call raises what the golden function raises for invalid arguments (and converts
+    array-likes and non-native byte order as it does), and ValueError naming the
+    configuration field when the instance does not carry a type the call needs (for empty
+    calls too). A call without elements returns the golden model's empty result (shape and
+    dtype) without building or simulating anything (``last_run.harness == "none"``).
     Simulator failures raise :mod:`qaccel.sim.runner`'s exceptions
     (:exc:`~qaccel.sim.runner.SimulatorNotFoundError`, :exc:`~qaccel.sim.runner.BuildError`,
     :exc:`~qaccel.sim.runner.SimulationError` and its subclasses).
@@ -169,16 +172,19 @@ class RTL:
         if config is None:
             config = AccelConfig()
         if not isinstance(config, AccelConfig):
-            raise TypeError(f"config must be an AccelConfig, not {config!r}")
+            raise TypeError(f"config must be an AccelConfig, not {type(config).__name__} "
+                            f"{config!r}: build one, e.g. AccelConfig(lanes=2) "
+                            f"(qaccel.model.config), or preset(name) (qaccel.model.presets)")
         if simulator not in _SIMULATORS:
             raise ValueError(f"simulator must be one of {', '.join(_SIMULATORS)}, "
                              f"not {simulator!r}")
         if harness not in HARNESSES:
             raise ValueError(f"harness must be one of {', '.join(HARNESSES)}, not {harness!r}")
         if harness == "stream" and simulator != "verilator":
-            raise ValueError(f"harness 'stream' runs on Verilator only, not {simulator!r}")
+            raise ValueError(f"harness 'stream' runs on Verilator only, not {simulator!r}: "
+                             f"use harness='cocotb' (or 'auto') with {simulator!r}")
         if not isinstance(check, bool):
-            raise TypeError(f"check must be a bool, not {check!r}")
+            raise TypeError(f"check must be a bool, not {check!r}: check=True or False")
         for name, p in (("idle", idle), ("backpressure", backpressure)):
             if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
                 raise ValueError(f"{name} must be a probability in [0, 1), not {p!r}")
@@ -305,11 +311,14 @@ class RTL:
         (``M * N * K``), ``beats`` the ``y`` beats (one result each), ``cycles`` the
         engine's cycles from ``start``, ``latency`` the cycles from the first row's last
         ``a`` beat to its first ``y`` beat (None with the cocotb harness). An A without
-        rows gives the golden model's empty result, simulating nothing. Raises what
+        rows (M = 0, any leading dimension 0) gives the golden model's empty result (its
+        shape and dtype), simulating nothing and building nothing. Raises what
         ``matmul_nbits`` raises; ValueError naming accuracy_level, the zero points and g_idx
         for a float-path call without ``config.float_path``; ValueError for what the engine
-        does not take (:func:`~qaccel.sim.nbits_jobs.nbits_job_v2`: block_size outside
-        ``[16, config.max_block_size]``, K above ``config.max_k``, an odd ``config.pe``);
+        does not take: bits outside ``config.nbits``, block_size outside
+        ``[16, config.max_block_size]``, K (g_idx: its padded layout) above
+        ``config.max_k`` (these configuration checks hold for any M, an empty A too, as the
+        Q/DQ types do), an odd ``config.pe`` (:func:`~qaccel.sim.nbits_jobs.nbits_job_v2`);
         with ``check``,
         :exc:`RTLMismatchError` naming the first differing row, column and both codes.
         """
@@ -327,22 +336,41 @@ class RTL:
                 f"{'a' if op.gidx is not None else 'no'} g_idx needs: the engine takes "
                 f"accuracy_level 4 with integer or no zero points and no g_idx (a "
                 f"configuration with float_path=True runs the rest)")
+        self._engine_takes(op)
         if a.size == 0:
             # (the golden model checks bias too; with no rows it computes nothing)
-            want = matmul_nbits(A, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
+            want = matmul_nbits(a, B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits,
                                 block_size=block_size, accuracy_level=level)
             return self._empty("matmul_nbits", want.shape, want.dtype, t0)
-        args = (A, B, scales, zero_points, g_idx, bias)
+        args = (a, B, scales, zero_points, g_idx, bias)
         kwargs = dict(K=K, N=N, bits=bits, block_size=block_size, accuracy_level=level)
         return self._matmul_nbits_v2(*args, **kwargs, t0=t0)
+
+    def _engine_takes(self, op: NBitsArgs) -> None:
+        """ValueError naming the configuration field if the engine cannot take the
+        validated call ``op`` (bits, block_size, K), whatever M."""
+        c = self.config
+        if op.bits not in c.nbits:
+            raise ValueError(f"bits {op.bits} is not carried by this engine "
+                             f"(config.nbits {c.nbits}): build the RTL with an AccelConfig "
+                             f"whose nbits holds {op.bits}")
+        if not 16 <= op.block_size <= c.max_block_size:
+            raise ValueError(f"block_size must be in [16, {c.max_block_size}] for this "
+                             f"engine, not {op.block_size}: quantise the weights with a "
+                             f"smaller block_size, or raise config.max_block_size")
+        k_layout = op.K
+        if op.gidx is not None:       # g_idx's groups, each padded to whole blocks
+            counts = np.bincount(op.gidx, minlength=op.kb)
+            k_layout = int((-(-counts // op.block_size)).sum()) * op.block_size
+        if k_layout > c.max_k:
+            raise ValueError(f"K must be at most config.max_k ({c.max_k}), not {op.K}"
+                             + (f" (g_idx's padded layout: {k_layout})" if k_layout != op.K
+                                else "") + ": split K, or raise config.max_k")
 
     def _matmul_nbits_v2(self, *args, t0: float, **kwargs) -> np.ndarray:
         """A call on the v2 engine (see :meth:`matmul_nbits`)."""
         from qaccel.sim.nbits_jobs import is_nan_code, nbits_job_v2, unpack_y_v2
 
-        if kwargs["bits"] not in self.config.nbits:
-            raise ValueError(f"bits {kwargs['bits']} is not carried by this engine "
-                             f"(config.nbits {self.config.nbits})")
         # the engine's model only runs for the check
         job = nbits_job_v2(*args, **kwargs, config=self.config, expect=self.check)
         engine = nbits_engine(self.config)
@@ -408,7 +436,8 @@ class RTL:
         name = dtype_name(dtype)
         if name not in carried:
             raise ValueError(f"this RTL configuration does not carry {what} type {name} "
-                             f"(config.{field} = {carried})")
+                             f"(config.{field} = {carried}): build the RTL with an "
+                             f"AccelConfig whose {field} holds {name!r}")
 
     def _unit(self, op: str):
         """The unit that runs ``op`` (shared by every RTL of this configuration)."""

@@ -113,7 +113,7 @@ def test_slug_is_stable_and_distinguishes():
     ({"simd": 32}, ValueError, r"simd must be one of \(1, 2, 4, 8, 16\), not 32"),
     ({"weight_bus_width": 256}, TypeError, "no field weight_bus_width any more"),
     ({"partial_sums": 8}, TypeError, "no field partial_sums any more"),
-    ({"lane": 2}, TypeError, r"unknown field\(s\) lane"),
+    ({"lane": 2}, TypeError, r"unknown field\(s\) lane=2; the fields are"),
     ({"nbits": 4}, TypeError, "nbits must be a tuple of bit widths, not 4"),
     ({"nbits": (4, 4)}, ValueError, "nbits must hold distinct widths"),
     ({"nbits": (1, 4)}, ValueError, r"nbits must hold distinct widths .*, not \(1, 4\)"),
