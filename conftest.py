@@ -47,5 +47,5 @@ def pytest_collection_modifyitems(config, items):
             continue
         skip = pytest.mark.skip(reason=f"opt-in: run with -m {marker}")
         for item in items:
-            if marker in item.keywords:
+            if item.get_closest_marker(marker) is not None:
                 item.add_marker(skip)

@@ -380,7 +380,9 @@ def quantize_linear(
     compute = _F64 if division == _F64 else _F32
     rnd = _HALF_FORMAT.get(division, 0)
     xk, xfmt = _kernel_x(np.ascontiguousarray(x))
-    sk = np.ascontiguousarray(y_scale.astype(division, copy=False), dtype=compute).reshape(-1)
+    with np.errstate(over="ignore"):      # a scale beyond ``precision``'s range is inf (documented)
+        sk = np.ascontiguousarray(y_scale.astype(division, copy=False),
+                                  dtype=compute).reshape(-1)
 
     if out_q.is_int:
         codes = np.uint8 if out_q.bits <= 8 else np.uint16
