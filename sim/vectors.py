@@ -10,9 +10,14 @@ per Verilog text and runs NumPy arrays through it::
 The build lives in ``<build root>/<name>-vectors-<hash>/`` (the build root of
 :mod:`qaccel.sim.runner`), keyed by a hash of the Verilog text, the build options, the C++
 template (``sim/cpp/vector_loop.cpp``, read by :func:`cpp_template`) and the Verilator
-version; a finished build is reused without compiling, and concurrent processes share one
-build through a file lock. Verilator's C++ build goes through ccache when it is installed, so
-a new Verilog text costs a few seconds once the Verilator runtime is in the cache.
+version; a finished build is reused without compiling when its outputs (the loop executable
+and the Verilog) still match the sizes and SHA-256 its stamp recorded (else it is rebuilt, with
+a notice on stderr), and concurrent processes share one build through a file lock. A
+read-only build root serves finished builds; runs then go to
+:func:`qaccel.sim.runner.scratch_dir`. Builds run in a process group that dies with this
+process and report on stderr (see :mod:`qaccel.sim.runner`). Verilator's C++ build goes
+through ccache when it is installed, so a new Verilog text costs a few seconds once the
+Verilator runtime is in the cache.
 
 Contract of the loop (one vector per clock, no handshake):
 
@@ -53,6 +58,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -69,15 +75,28 @@ from qaccel.rtl.verilog import clean_verilog
 from qaccel.sim.runner import (
     BUILD_ARGS,
     BuildError,
+    BuildProgress,
     SimulationError,
+    _clear_build_dir,
+    _has_builds,
+    _notice,
+    _unwritable_root,
+    build_lock,
     build_root,
+    crash_message,
     digest,
-    file_lock,
+    fingerprint,
     log_tail,
     mark_elaborated,
     require_simulator,
+    reuse_state,
+    root_writable,
+    run_dir,
+    run_tool,
     simulator_env,
+    usual_duration,
     verbose_enabled,
+    write_stamp,
 )
 from qaccel.sim.tbconfig import write_atomic
 
@@ -337,7 +356,9 @@ class VectorSim:
     :exc:`~qaccel.sim.runner.SimulatorNotFoundError`
         If Verilator or a C++ toolchain is missing.
     :exc:`~qaccel.sim.runner.BuildError`
-        If Verilator or the C++ compiler fails.
+        If Verilator or the C++ compiler fails;
+        :exc:`~qaccel.sim.runner.BuildRootError` if a build is needed and the build root
+        cannot be written.
     """
 
     def __init__(self, component: wiring.Component, *, name: str | None = None,
@@ -365,20 +386,29 @@ class VectorSim:
         # With a design key (a hash of whatever determines the Verilog), a finished build is
         # found through <build root>/index/ without emitting the Verilog (seconds for a big
         # design).
+        root = build_root()
+        self._writable = root_writable(root)
         index = None
         if design_key is not None:
-            index = build_root() / "index" / (
+            index = root / "index" / (
                 f"{name}-{self._kind}-{digest({'design': design_key, **build_params})[:16]}.json")
             if self._reuse_indexed(index):
                 mark_elaborated(component)
                 self._built = False
                 self._build_time = time.perf_counter() - start
                 return
+        if not self._writable and not _has_builds(root, f"{name}-{self._kind}-", _STAMP):
+            raise _unwritable_root(root, f"the Verilator {self._kind} loop of {name} has to be "
+                                   "built")
+        if index is not None and sys.stderr.isatty() and not verbose_enabled(verbose):
+            # A big design takes seconds to emit before its build can be looked up or begin.
+            _notice(f"emitting the Verilog of {name} to find or make its {self._kind} build "
+                    "(first use of this configuration here)")
         text = clean_verilog(component, name)
         self._key = digest({"verilog": text, **build_params})
-        self._dir = build_root() / f"{name}-{self._kind}-{self._key[:12]}"
+        self._dir = root / f"{name}-{self._kind}-{self._key[:12]}"
         self._built = self._build(text)
-        if index is not None:
+        if index is not None and self._writable:
             write_atomic(index, json.dumps({"key": self._key}))
         self._build_time = time.perf_counter() - start
 
@@ -389,10 +419,10 @@ class VectorSim:
         except (OSError, ValueError, KeyError, TypeError):
             return False
         self._dir = build_root() / f"{self._name}-{self._kind}-{self._key[:12]}"
-        if not self._dir.is_dir():
+        if not (self._dir / _STAMP).is_file():
             return False
-        with file_lock(self._dir / ".lock"):
-            return self._reuse()
+        with build_lock(self._dir) as locked:
+            return self._reuse(locked)[0]
 
     # -- build ---------------------------------------------------------------------------------
     # Subclasses with another C++ loop (qaccel.sim.streamsim.StreamSim) override these five.
@@ -411,50 +441,66 @@ class VectorSim:
         """Return the C++ loop for ``ports``."""
         return _cxx_main(ports)
 
-    def _reuse(self) -> bool:
-        stamp = self._dir / _STAMP
-        if not (stamp.is_file() and (self._dir / "obj_dir" / EXE).is_file()):
-            return False
-        try:
-            info = json.loads(stamp.read_text())
-        except (ValueError, OSError):
-            return False
-        if info.get("key") != self._key:
-            return False
+    def _outputs(self) -> list[str]:
+        """The files (relative to the build dir) a reuse depends on."""
+        return [f"obj_dir/{EXE}", f"{self._name}.v"]
+
+    def _reuse(self, writable: bool) -> tuple[bool, str | None]:
+        """Take the finished build in the build dir if its stamp matches and its outputs
+        verify; return (taken, what is wrong with the outputs or None)."""
+        info, problem = reuse_state(self._dir, self._dir / _STAMP, self._key, self._outputs(),
+                                    writable)
+        if info is None:
+            return False, problem
         try:
             self._ports = {p["name"]: Port(**p) for p in info["ports"]}
             self._loop_in = [self._ports[name] for name in info["loop_inputs"]]
             self._loop_out = [self._ports[name] for name in info["loop_outputs"]]
         except (KeyError, TypeError):
-            return False
-        return True
+            return False, None
+        return True, None
 
-    def _verilate(self, args: Sequence[str], log) -> None:
+    def _verilate(self, args: Sequence[str], log, progress: BuildProgress) -> None:
         cmd = ["verilator", "--cc", *VERILATOR_ARGS, "--prefix", "Vdut",
                "--top-module", self._name, "--Mdir", "obj_dir", *args, f"{self._name}.v"]
-        res = subprocess.run(cmd, cwd=self._dir, env=simulator_env("verilator"),
-                             stdout=log, stderr=subprocess.STDOUT, check=False)
-        if res.returncode != 0:
+        code = run_tool(cmd, cwd=self._dir, env=simulator_env("verilator"), out=log,
+                        on_line=progress.line)
+        if code != 0:
             log_path = None if log is None else Path(log.name)
             if log is not None:
                 log.flush()
-            raise BuildError(f"Verilator failed ({' '.join(cmd)}, exit {res.returncode}) "
+            raise BuildError(f"Verilator failed ({' '.join(cmd)}, exit {code}) "
                              f"in {self._dir}{log_tail(log_path)}")
 
     def _build(self, text: str) -> bool:
-        with file_lock(self._dir / ".lock"):
-            if self._reuse():
+        start = time.perf_counter()
+        with build_lock(self._dir) as locked:
+            taken, problem = self._reuse(locked)
+            if taken:
                 return False
+            what = f"the Verilator {self._kind} loop of {self._name}"
+            if not locked:
+                raise _unwritable_root(self._dir.parent, f"{what} has to be built "
+                                       f"({problem or f'no finished build in {self._dir}'})")
+            if problem is not None:
+                _notice(f"rebuilding {self._dir.name}: {problem}")
             stamp = self._dir / _STAMP
             stamp.unlink(missing_ok=True)
-            shutil.rmtree(self._dir / "obj_dir", ignore_errors=True)
+            _clear_build_dir(self._dir)
             (self._dir / f"{self._name}.v").write_text(text)
             verbose = verbose_enabled(self._verbose)
-            with open(self._dir / "build.log", "w") as log_file:
+            usually = usual_duration(self._dir.parent, f"{self._name}-{self._kind}-", _STAMP,
+                                     len(text), 40.0, 4.0)
+            reason = ("its outputs were damaged" if problem is not None
+                      else "first use of this configuration")
+            progress = BuildProgress(what, self._dir, usually=usually, reason=reason,
+                                     verbose=verbose)
+            with progress, open(self._dir / "build.log", "w") as log_file:
                 log = None if verbose else log_file
                 # Pass 1 produces Vdut.h, whose port list (exact widths and C++ names) the loop
                 # is generated from; pass 2 builds the loop and the model.
-                self._verilate([], log)
+                progress.step("verilating")
+                self._verilate([], log, progress)
                 header = (self._dir / "obj_dir" / "Vdut.h").read_text()
                 ports = _parse_header(header)
                 if not ports:
@@ -464,15 +510,18 @@ class VectorSim:
                 self._loop_in, self._loop_out = loop_ports(ports)
                 (self._dir / self._loop_file).write_text(self._loop_source(ports))
                 make = [a for arg in MAKE_ARGS for a in ("-MAKEFLAGS", arg)]
+                progress.step("verilating and compiling C++")
                 self._verilate(["--exe", "--build", "-j", str(BUILD_JOBS), "-o", EXE, *make,
-                                self._loop_file], log)
-            if not (self._dir / "obj_dir" / EXE).is_file():
-                raise BuildError(f"the Verilator build in {self._dir} produced no {EXE}"
-                                 f"{log_tail(self._dir / 'build.log')}")
-            stamp.write_text(json.dumps(
-                {"key": self._key, "ports": [asdict(p) for p in ports],
-                 "loop_inputs": [p.name for p in self._loop_in],
-                 "loop_outputs": [p.name for p in self._loop_out]}, indent=1))
+                                self._loop_file], log, progress)
+                if not (self._dir / "obj_dir" / EXE).is_file():
+                    raise BuildError(f"the Verilator build in {self._dir} produced no {EXE}"
+                                     f"{log_tail(self._dir / 'build.log')}")
+            write_stamp(stamp, {
+                "key": self._key, "seconds": round(time.perf_counter() - start, 3),
+                "files": fingerprint(self._dir, self._outputs()),
+                "ports": [asdict(p) for p in ports],
+                "loop_inputs": [p.name for p in self._loop_in],
+                "loop_outputs": [p.name for p in self._loop_out]})
             return True
 
     # -- properties ----------------------------------------------------------------------------
@@ -577,10 +626,9 @@ class VectorSim:
         n = next(iter(lengths.values()))
         columns = {name: as_column(in_ports[name], v, n) for name, v in inputs.items()}
 
-        run_dir = self._dir / "runs" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        run_dir.mkdir(parents=True)
+        tmp = run_dir(self._dir, f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
         try:
-            in_path, out_path = run_dir / "in.bin", run_dir / "out.bin"
+            in_path, out_path = tmp / "in.bin", tmp / "out.bin"
             in_off = []
             offset = 0
             with open(in_path, "wb") as f:
@@ -610,15 +658,17 @@ class VectorSim:
             res = subprocess.run(cmd, capture_output=True, text=True, check=False)
             sim_time = time.perf_counter() - sim_start
             if res.returncode != 0:
-                raise SimulationError(f"the vector loop of {self._name} failed "
-                                      f"(exit {res.returncode}): {res.stderr.strip()}")
+                raise SimulationError(
+                    crash_message(f"the vector loop of {self._name}", res.returncode,
+                                  self._dir / "obj_dir" / EXE, self._dir)
+                    + f": {res.stderr.strip()}")
             result = {}
             for p in out_ports:
                 count = n * p.words
                 a = np.fromfile(out_path, dtype=p.dtype, count=count, offset=out_off[p.name])
                 result[p.name] = a.reshape(n, p.words) if p.wide else a
         finally:
-            shutil.rmtree(run_dir, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
         self.last_run = RunStats(n, reset_cycles + n + latency, time.perf_counter() - start,
                                  sim_time)
         return result

@@ -47,7 +47,7 @@ from qaccel.model.validate import check_bool, check_int
 from qaccel.rtl.arith.pipeline import KEEP_ATTR
 from qaccel.rtl.timing_wrapper import TimingWrapper
 from qaccel.rtl.verilog import emit_verilog
-from qaccel.sim.runner import build_root, digest, file_lock
+from qaccel.sim.runner import _unwritable_root, build_lock, build_root, digest, file_lock
 
 __all__ = [
     "ROUTERS",
@@ -615,7 +615,7 @@ def synthesize(
     build_dir = build_root() / "synth" / f"{name}-{t.name}-{key[:12]}"
     stamp = build_dir / _RESULT
 
-    with file_lock(build_dir / ".lock"):
+    with build_lock(build_dir) as locked:       # not locked: a read-only build root
         saved = None
         with contextlib.suppress(ValueError, OSError):
             saved = json.loads(stamp.read_text())
@@ -625,6 +625,9 @@ def synthesize(
             with contextlib.suppress(TypeError, KeyError, ValueError):
                 result = SynthResult.from_dict(saved["result"])
                 return dataclasses.replace(result, cached=True, build_dir=build_dir)
+        if not locked:
+            raise _unwritable_root(build_dir.parent.parent, f"{name} has to be synthesised "
+                                   f"for {t.name}")
         stamp.unlink(missing_ok=True)
         prepare_tools((t.name,))
         (build_dir / f"{name}.v").write_text(text)
