@@ -45,17 +45,20 @@ from qaccel.sim.runner import (
     SimulationFailed,
     build,
     build_root,
+    check_build,
     digest,
     log_tail,
     mark_elaborated,
+    root_writable,
     run_cocotb,
+    scratch_dir,
     sources_digest,
 )
-from qaccel.sim.streamsim import WATCHDOG, Segment, StreamSim
+from qaccel.sim.streamsim import MAX_MISMATCHES, WATCHDOG, CheckedRun, Segment, StreamSim
 
 __all__ = ["Capture", "JobResult", "capture_elementwise", "check_jobs", "design_key",
-           "elementwise_build", "elementwise_sim", "run_elementwise", "run_elementwise_fast",
-           "run_testbench", "table_fields"]
+           "elementwise_build", "elementwise_sim", "run_elementwise", "run_elementwise_checked",
+           "run_elementwise_fast", "run_testbench", "table_fields"]
 
 #: Seconds between two looks at the testbench's progress file.
 PROGRESS_POLL = 0.25
@@ -81,6 +84,8 @@ def run_elementwise(unit: Elementwise, jobs: Sequence[Job], *, name: str,
     text = json.dumps([j.to_dict() for j in jobs])
     path = build_root() / "jobs" / f"{digest(text)[:16]}.json"
     if not path.exists():
+        if not root_writable():
+            path = scratch_dir("jobs") / path.name
         tbconfig.write_atomic(path, text)
     config = {"jobs_file": str(path), "latency": unit.latency,
               "table_fields": table_fields(unit), "seed": 1, **params}
@@ -134,14 +139,15 @@ def elementwise_build(unit: Elementwise, *, name: str, simulator: str = "verilat
         entry = json.loads(index.read_text())
         found = Build(simulator, name, Path(entry["build_dir"]), Path(entry["verilog"]), False,
                       0.0)
-        if (found.build_dir / "build.json").is_file() and _artefact(found).exists():
+        if check_build(found.build_dir, simulator, name) is None:
             b = Build(simulator, name, found.build_dir, found.verilog, False,
                       time.perf_counter() - start)
             mark_elaborated(unit)
     if b is None:
         b = build(unit, name=name, simulator=simulator)
-        tbconfig.write_atomic(index, json.dumps({"build_dir": str(b.build_dir),
-                                                  "verilog": str(b.verilog)}))
+        if root_writable():
+            tbconfig.write_atomic(index, json.dumps({"build_dir": str(b.build_dir),
+                                                      "verilog": str(b.verilog)}))
     with _builds_lock:
         _builds.setdefault(unit, {})[key] = b
     return b
@@ -217,6 +223,8 @@ def capture_elementwise(unit: Elementwise, jobs: Sequence[Job], *, name: str,
 def capture_dir(toplevel: str, simulator: str) -> Path:
     """A new folder for one testbench run (under the build root's ``capture/``)."""
     root = build_root() / "capture"
+    if not root_writable(build_root()):
+        root = scratch_dir("capture")
     root.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f"{toplevel}-{simulator}-", dir=root))
 
@@ -300,6 +308,8 @@ class JobResult:
     ``y`` holds the received ``y`` beats as Python ints (as ``Job.y``). Cycles count from the
     job's first cycle (its first table write): ``y_cycles`` of each ``y`` beat, ``x_cycles``
     of each accepted ``x`` beat; ``cycles`` runs to the cycle ``busy`` was seen low.
+    ``x_blocked`` is the longest stretch of cycles in which an offered ``x`` beat waited
+    for ``ready`` (the unit's buffers full).
     """
 
     label: str
@@ -307,6 +317,7 @@ class JobResult:
     y_cycles: np.ndarray
     x_cycles: np.ndarray
     cycles: int
+    x_blocked: int = 0
 
     @property
     def beats(self) -> int:
@@ -361,7 +372,7 @@ def elementwise_sim(unit: Elementwise, *, name: str | None = None) -> StreamSim:
     return sim
 
 
-def _job_segment(job: Job, fields: list[tuple[str, int, int]]) -> Segment:
+def _job_segment(job: Job, fields: list[tuple[str, int, int]], check: bool = False) -> Segment:
     table = []
     for entry in job.table:
         word = 0
@@ -371,6 +382,10 @@ def _job_segment(job: Job, fields: list[tuple[str, int, int]]) -> Segment:
                                  f"{width} bits")
             word |= value << offset
         table.append(word)
+    if check and len(job.y):
+        return Segment(inputs={"table": table, "x": job.x}, static={"regs": job.regs},
+                       phases=[["table"], ["start"], ["x"]], check={"y": job.y},
+                       check_mask={"y": job.ymask})
     return Segment(inputs={"table": table, "x": job.x}, static={"regs": job.regs},
                    phases=[["table"], ["start"], ["x"]])
 
@@ -384,7 +399,9 @@ def _ints(words: np.ndarray) -> list[int]:
 
 def run_elementwise_fast(unit: Elementwise, jobs: Sequence[Job], *, idle: float = 0.0,
                          backpressure: float = 0.0, seed: int = 1, name: str | None = None,
-                         watchdog: int = WATCHDOG) -> list[JobResult]:
+                         watchdog: int = WATCHDOG,
+                         stall_burst: tuple[float, int, int] | None = None,
+                         starve_burst: tuple[float, int, int] | None = None) -> list[JobResult]:
     """Run ``jobs`` on a Quantize or Dequantize ``unit`` in one Verilator process; return what
     the RTL produced for each (nothing is compared: see :func:`check_jobs`).
 
@@ -392,8 +409,10 @@ def run_elementwise_fast(unit: Elementwise, jobs: Sequence[Job], *, idle: float 
     a ``start`` pulse, then the ``x`` beats, with ``regs`` held throughout and ``y`` received;
     it ends when every ``x`` beat was accepted and ``busy`` is low (plus
     :data:`~qaccel.sim.streamsim.DRAIN` cycles), and the next job begins. ``idle`` /
-    ``backpressure`` pause ``table`` and ``x`` / ``y``. The simulator is cached per unit class
-    and configuration (:func:`elementwise_sim`; its ``last_run`` has the timing).
+    ``backpressure`` pause ``table`` and ``x`` / ``y``; ``stall_burst`` / ``starve_burst``
+    add long ``y.ready`` / input ``valid`` low bursts (see :meth:`~qaccel.sim.streamsim.
+    StreamSim.run_segments`). The simulator is cached per unit class and configuration
+    (:func:`elementwise_sim`; its ``last_run`` has the timing).
 
     Raises :exc:`~qaccel.sim.streamsim.StreamStallError` (a hang: the message names the stream
     and its valid/ready), :exc:`~qaccel.sim.streamsim.StreamProtocolError` (``y`` broke the
@@ -411,14 +430,43 @@ def run_elementwise_fast(unit: Elementwise, jobs: Sequence[Job], *, idle: float 
             raise TypeError(f"jobs[{k}] must be a Job, not {job!r}")
         segments.append(_job_segment(job, fields))
     results = sim.run_segments(segments, idle=idle, backpressure=backpressure, seed=seed,
-                               until_idle="busy", watchdog=watchdog)
+                               until_idle="busy", watchdog=watchdog, stall_burst=stall_burst,
+                               starve_burst=starve_burst)
     out = []
     for job, r in zip(jobs, results, strict=True):
         beats = r.outputs["y"]        # (n, words) uint64 for payloads above 64 bits, else 1-D
         words = beats if beats.ndim == 2 else beats.astype(np.uint64)[:, None]
         out.append(JobResult(job.label, _ints(words), r.output_cycles["y"], r.accepted["x"],
-                             r.cycles))
+                             r.cycles, r.blocked["x"]))
     return out
+
+
+def run_elementwise_checked(unit: Elementwise, jobs: Sequence[Job], *, idle: float = 0.0,
+                            backpressure: float = 0.0, seed: int = 1, name: str | None = None,
+                            watchdog: int = WATCHDOG,
+                            stall_burst: tuple[float, int, int] | None = None,
+                            starve_burst: tuple[float, int, int] | None = None,
+                            max_mismatches: int = MAX_MISMATCHES) -> CheckedRun:
+    """Run ``jobs`` as :func:`run_elementwise_fast` does, but check in the C++ loop: every
+    ``y`` beat is compared with the job's expected beats (the last through ``Job.ymask``) as
+    it arrives and only counts and the first ``max_mismatches`` differences come back (a
+    :class:`~qaccel.sim.streamsim.CheckedRun`; ``Mismatch.segment`` is the job's index).
+    Jobs without expected beats are run unchecked. Exceptions as :func:`run_elementwise_fast`.
+    """
+    sim = elementwise_sim(unit, name=name)
+    if isinstance(jobs, Job) or not isinstance(jobs, Sequence):
+        raise TypeError(f"jobs must be a sequence of Job, not {jobs!r}")
+    if not jobs:
+        raise ValueError("jobs must hold at least one Job")
+    fields = table_fields(unit)
+    segments = []
+    for k, job in enumerate(jobs):
+        if not isinstance(job, Job):
+            raise TypeError(f"jobs[{k}] must be a Job, not {job!r}")
+        segments.append(_job_segment(job, fields, check=True))
+    return sim.run_checked(segments, idle=idle, backpressure=backpressure, seed=seed,
+                           until_idle="busy", watchdog=watchdog, stall_burst=stall_burst,
+                           starve_burst=starve_burst, max_mismatches=max_mismatches)
 
 
 def check_jobs(jobs: Sequence[Job], results: Sequence[JobResult]) -> None:
@@ -443,3 +491,159 @@ def check_jobs(jobs: Sequence[Job], results: Sequence[JobResult]) -> None:
                         f"{what}: y beat {b} of {n} is {got[b] & mask:#x}, expected "
                         f"{want[b] & mask:#x} (bits {diff:#x} differ; cycle "
                         f"{int(res.y_cycles[b])})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Long checked regressions, sharded over processes or a Dask cluster
+
+#: Output beats per loop run of a regression shard (its jobs, inputs and expected beats are in
+#: memory only for one chunk: about 40 bytes per beat).
+CHUNK_BEATS = 1 << 21
+
+
+@dataclass(frozen=True)
+class Regression:
+    """The merged result of :func:`run_regression`.
+
+    ``beats`` output beats were received and checked in ``cycles`` cycles over ``jobs`` jobs;
+    ``mismatch_count`` differed, the first of them listed in ``mismatches`` as ``(shard, chunk,
+    job label, Mismatch)``. ``wall_time`` is the whole call (process start-up and the build
+    look-up included), ``steady_time`` the longest shard's time after its simulator was ready
+    (job generation and checked simulation), ``gen_time`` / ``sim_time`` the shards' summed
+    golden-model-and-encoding and loop seconds. Rates are per second of ``steady_time``.
+    """
+
+    op: str
+    shards: int
+    beats: int
+    cycles: int
+    jobs: int
+    mismatch_count: int
+    mismatches: tuple
+    wall_time: float
+    steady_time: float
+    gen_time: float
+    sim_time: float
+
+    @property
+    def beats_per_second(self) -> float:
+        """Checked output beats per second of the steady state, all shards together."""
+        return self.beats / self.steady_time if self.steady_time > 0 else 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True if every beat matched."""
+        return self.mismatch_count == 0
+
+
+def _unit(config, op: str) -> Elementwise:
+    from qaccel.rtl.elementwise.dequantize import Dequantize
+    from qaccel.rtl.elementwise.quantize import Quantize
+
+    return (Quantize if op == "quantize" else Dequantize)(config)
+
+
+def regression_shard(config, op: str, beats: int, seed: int, *, chunk_beats: int = CHUNK_BEATS,
+                     idle: float = 0.2, backpressure: float = 0.2,
+                     stall_burst: tuple[float, int, int] | None = None,
+                     starve_burst: tuple[float, int, int] | None = None,
+                     max_mismatches: int = MAX_MISMATCHES) -> dict[str, Any]:
+    """Run one shard of :func:`run_regression` in this process: random jobs
+    (:func:`~qaccel.sim.jobs.random_jobs`, generator seeded with ``seed``) of about ``beats``
+    output beats in chunks of ``chunk_beats``, each chunk one checked loop run (pause seed
+    ``seed`` and the chunk index); stops early at ``max_mismatches`` differences. Returns a
+    dict of plain values (beats, cycles, jobs, mismatch_count, mismatches, ready, gen_time,
+    sim_time, steady_time) for merging."""
+    from qaccel.sim.jobs import random_jobs
+
+    t0 = time.perf_counter()
+    unit = _unit(config, op)
+    elementwise_sim(unit, name=op)
+    ready = time.perf_counter() - t0
+    rng = np.random.default_rng(seed)
+    out = {"beats": 0, "cycles": 0, "jobs": 0, "mismatch_count": 0, "mismatches": [],
+           "ready": ready, "gen_time": 0.0, "sim_time": 0.0}
+    t1 = time.perf_counter()
+    chunk = 0
+    while out["beats"] < beats and out["mismatch_count"] < max_mismatches:
+        tg = time.perf_counter()
+        jobs = random_jobs(unit, rng, min(chunk_beats, beats - out["beats"]))
+        out["gen_time"] += time.perf_counter() - tg
+        run = run_elementwise_checked(
+            unit, jobs, idle=idle, backpressure=backpressure, seed=(seed << 20) + chunk,
+            name=op, stall_burst=stall_burst, starve_burst=starve_burst,
+            max_mismatches=max_mismatches - out["mismatch_count"])
+        out["sim_time"] += run.sim_time
+        out["beats"] += run.beats
+        out["cycles"] += run.cycles
+        out["jobs"] += run.segments
+        out["mismatch_count"] += run.mismatch_count
+        out["mismatches"] += [(chunk, jobs[m.segment].label, m) for m in run.mismatches]
+        chunk += 1
+    out["steady_time"] = time.perf_counter() - t1
+    return out
+
+
+def run_regression(beats: int, *, config=None, op: str = "quantize", shards: int | None = None,
+                   scheduler: str | None = None, seed: int = 0, chunk_beats: int = CHUNK_BEATS,
+                   idle: float = 0.2, backpressure: float = 0.2,
+                   stall_burst: tuple[float, int, int] | None = None,
+                   starve_burst: tuple[float, int, int] | None = None,
+                   max_mismatches: int = MAX_MISMATCHES) -> Regression:
+    """Check about ``beats`` output beats of random jobs on the ``op`` (``"quantize"`` or
+    ``"dequantize"``) unit of ``config`` (default ``AccelConfig()``), split over ``shards``
+    shards (default: the CPU count), each with its own seed (``seed`` and the shard index) and
+    job stream (:func:`regression_shard`); merge their counts and mismatches.
+
+    Shards run on local processes, or with ``scheduler`` (a ``dask.distributed`` scheduler
+    address, as ``qaccel sweep`` takes) as Dask tasks; the build is made (or found) in this
+    process first, so shards only look it up. Pauses: ``idle`` / ``backpressure`` and the
+    bursts as in :func:`run_elementwise_checked`.
+    """
+    import concurrent.futures
+    import os
+
+    from qaccel.model.config import AccelConfig
+    from qaccel.model.validate import check_int
+
+    beats = check_int("beats", beats, 1)
+    if op not in ("quantize", "dequantize"):
+        raise ValueError(f"op must be 'quantize' or 'dequantize', not {op!r}")
+    shards = (os.cpu_count() or 1) if shards is None else check_int("shards", shards, 1, 4096)
+    max_mismatches = check_int("max_mismatches", max_mismatches, 1)
+    chunk_beats = check_int("chunk_beats", chunk_beats, 1)
+    if scheduler is not None and not isinstance(scheduler, str):
+        raise TypeError(f"scheduler must be an address string, not {scheduler!r}")
+    config = AccelConfig() if config is None else config
+    start = time.perf_counter()
+    unit = _unit(config, op)
+    elementwise_sim(unit, name=op)          # build once, before the shards
+    if scheduler is None:
+        # compile (or load) the golden model's kernels once, before the processes fork
+        from qaccel.sim.jobs import random_jobs
+
+        random_jobs(unit, np.random.default_rng(seed), 200_000, max_elements=256)
+    kw = dict(chunk_beats=chunk_beats, idle=idle, backpressure=backpressure,
+              stall_burst=stall_burst, starve_burst=starve_burst, max_mismatches=max_mismatches)
+    sizes = [beats // shards + (k < beats % shards) for k in range(shards)]
+    args = [(config, op, n, seed * 4096 + k) for k, n in enumerate(sizes) if n]
+    if scheduler is None:
+        with concurrent.futures.ProcessPoolExecutor(max_workers=len(args)) as pool:
+            parts = list(pool.map(_shard_call, [(a, kw) for a in args]))
+    else:
+        from dask.distributed import Client
+
+        with Client(scheduler) as client:
+            futures = [client.submit(regression_shard, *a, **kw, pure=False) for a in args]
+            parts = client.gather(futures)
+    mism = [(k, *m) for k, p in enumerate(parts) for m in p["mismatches"]]
+    return Regression(op, len(parts), sum(p["beats"] for p in parts),
+                      sum(p["cycles"] for p in parts), sum(p["jobs"] for p in parts),
+                      sum(p["mismatch_count"] for p in parts), tuple(mism[:max_mismatches]),
+                      time.perf_counter() - start, max(p["steady_time"] for p in parts),
+                      sum(p["gen_time"] for p in parts), sum(p["sim_time"] for p in parts))
+
+
+def _shard_call(item):
+    args, kw = item
+    return regression_shard(*args, **kw)

@@ -32,7 +32,7 @@ from qaccel.model.quant import (
 from qaccel.rtl.elementwise.dequantize_lane import dq_scales
 from qaccel.rtl.elementwise.unit import Elementwise
 
-__all__ = ["Job", "codes_of", "dequantize_job", "dml_job", "lane_widths", "pack",
+__all__ = ["Job", "beat_words", "codes_of", "dequantize_job", "dml_job", "lane_widths", "pack",
            "quantize_job", "unpack_output"]
 
 
@@ -41,6 +41,9 @@ class Job:
     """One run of a unit: registers, table, input beats, expected output beats.
 
     ``ymask`` has the bits of the last beat that are specified (lanes past ``count`` are not).
+    ``x`` and ``y`` are lists of ints, or ``uint64`` arrays for jobs made with ``words=True``
+    (the stream harness takes both; JSON and :func:`qaccel.sim.elementwise_sim.check_jobs`
+    need lists).
     ``out_dtype`` and ``shape`` describe the output array (for :func:`unpack_output`).
     """
 
@@ -106,6 +109,22 @@ def _beats(codes: np.ndarray, lanes: int, width: int) -> list[int]:
     return [int.from_bytes(data[i:i + n], "little") for i in range(0, len(data), n)]
 
 
+def beat_words(codes: np.ndarray, lanes: int, width: int) -> np.ndarray:
+    """:func:`_beats` as a ``uint64`` array, for beats of at most 63 bits (``lanes * width``;
+    one bit stays free for ``last``): vectorised, about 100 times faster than Python ints."""
+    if lanes * width > 63:
+        raise ValueError(f"beat_words packs beats of up to 63 bits, not {lanes} lanes of "
+                         f"{width} bits; use the Python-int beats")
+    c = codes.astype(np.uint64) & np.uint64((1 << width) - 1)
+    if lanes == 1:
+        return c
+    c = np.concatenate([c, np.zeros((-c.size) % lanes, np.uint64)]).reshape(-1, lanes)
+    out = c[:, 0].copy()
+    for k in range(1, lanes):
+        out |= c[:, k] << np.uint64(k * width)
+    return out
+
+
 def _codes(beats: list[int], lanes: int, width: int) -> np.ndarray:
     """The inverse of :func:`_beats`: every lane of every beat, as int64 codes."""
     nbytes, mask = (lanes * width + 7) // 8, (1 << (lanes * width)) - 1
@@ -142,9 +161,10 @@ def _type_name(dtype) -> str:
 
 def _finish(unit: Elementwise, label: str, lane_regs: dict, call: CheckedCall,
             scale_codes: np.ndarray, zp_codes: np.ndarray, want: np.ndarray | None,
-            meta: dict) -> Job:
+            meta: dict, words: bool = False) -> Job:
     """The job of ``call``: registers, table and ``x`` beats; the expected ``y`` beats from
-    ``want`` (None: none, ``ymask`` 0)."""
+    ``want`` (None: none, ``ymask`` 0). With ``words`` (and beats of at most 63 bits), ``x``
+    and ``y`` are ``uint64`` arrays (:func:`beat_words`) instead of lists of ints."""
     c = unit.config
     n_scales = scale_codes.size
     if n_scales > c.table_depth:
@@ -153,27 +173,30 @@ def _finish(unit: Elementwise, label: str, lane_regs: dict, call: CheckedCall,
     regs_layout = unit.signature.members["regs"].shape
     regs = pack(regs_layout, {"lane": lane_regs, **unit.index_registers(call.layout)})
     x_width, y_width = lane_widths(unit)
-    xb = _beats(codes_of(call.x), c.lanes, x_width)
+    pack_x = beat_words if words and c.lanes * x_width <= 63 else _beats
+    pack_y = beat_words if words and c.lanes * y_width <= 62 else _beats
+    xb = pack_x(codes_of(call.x), c.lanes, x_width)
     count = int(call.x.size)
     yb, ymask = [], 0
     if want is not None:
-        yb = _beats(codes_of(want), c.lanes, y_width)
-        if yb:
-            yb[-1] |= 1 << (c.lanes * y_width)
+        yb = pack_y(codes_of(want), c.lanes, y_width)
+        if len(yb):
+            yb[-1] |= (np.uint64 if pack_y is beat_words else int)(1 << (c.lanes * y_width))
         used = count - (len(yb) - 1) * c.lanes
         ymask = ((1 << (used * y_width)) - 1) | (1 << (c.lanes * y_width))
-    table = [(k, int(s), int(z)) for k, (s, z) in enumerate(zip(scale_codes, zp_codes,
-                                                                  strict=True))]
+    table = list(zip(range(n_scales), np.asarray(scale_codes).tolist(),
+                     np.asarray(zp_codes).tolist(), strict=True))
     return Job(label, regs, table, xb, yb, ymask, count, tuple(call.shape),
                dtype_name(call.out_dtype), meta)
 
 
 def quantize_job(unit: Elementwise, x, y_scale, y_zero_point=None, *, axis=1, block_size=0,
                  output_dtype=None, saturate=True, precision=None, label: str = "",
-                 expect: bool = True) -> Job:
+                 expect: bool = True, words: bool = False) -> Job:
     """A QuantizeLinear call as a :class:`Job` for a
     :class:`~qaccel.rtl.elementwise.quantize.Quantize`;
-    with ``expect`` its expected ``y`` beats, from the golden model."""
+    with ``expect`` its expected ``y`` beats, from the golden model; with ``words`` the beats
+    as ``uint64`` arrays (see :func:`_finish`; not JSON-serialisable)."""
     c = unit.config
     kw = dict(axis=axis, block_size=block_size, output_dtype=output_dtype, saturate=saturate,
               precision=precision)
@@ -198,7 +221,7 @@ def quantize_job(unit: Elementwise, x, y_scale, y_zero_point=None, *, axis=1, bl
     kind = call.layout.kind
     return _finish(unit, label or f"Q {dtype_name(x.dtype)}/{dtype_name(y_scale.dtype)} -> {out}"
                    f" {kind}", lane_regs, call, codes_of(y_scale), zp, want,
-                   {"op": "quantize", "layout": kind})
+                   {"op": "quantize", "layout": kind}, words)
 
 
 def dml_job(unit: Elementwise, input, scale, zero_point=None, *, output_dtype=np.int8,
@@ -224,9 +247,11 @@ def dml_job(unit: Elementwise, input, scale, zero_point=None, *, output_dtype=np
 
 
 def dequantize_job(unit: Elementwise, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
-                   output_dtype=None, label: str = "", expect: bool = True) -> Job:
+                   output_dtype=None, label: str = "", expect: bool = True,
+                   words: bool = False) -> Job:
     """A DequantizeLinear call as a :class:`Job` for a :class:`~qaccel.rtl.elementwise.dequantize.
-    Dequantize`; with ``expect`` its expected ``y`` beats, from the golden model."""
+    Dequantize`; with ``expect`` its expected ``y`` beats, from the golden model; ``words`` as
+    in :func:`quantize_job`."""
     c = unit.config
     kw = dict(axis=axis, block_size=block_size, output_dtype=output_dtype)
     call = check_dequantize(x, x_scale, x_zero_point, **kw)
@@ -244,7 +269,7 @@ def dequantize_job(unit: Elementwise, x, x_scale, x_zero_point=None, *, axis=1, 
     zp = _zero_point_codes(x_zero_point if use_zp else None, x_scale.shape, x_scale.size)
     return _finish(unit, label or f"DQ {x_name} -> {dtype_name(call.out_dtype)} "
                    f"{call.layout.kind}", lane_regs, call, codes_of(x_scale), zp, want,
-                   {"op": "dequantize", "layout": call.layout.kind})
+                   {"op": "dequantize", "layout": call.layout.kind}, words)
 
 
 def unpack_output(job: Job, beats: list[int], width: int, lanes: int) -> np.ndarray:
@@ -256,3 +281,82 @@ def unpack_output(job: Job, beats: list[int], width: int, lanes: int) -> np.ndar
     # onnx.reference store int4 / int2 / float4e2m1 and the unsigned types)
     raw = codes.astype({1: np.uint8, 2: np.uint16, 4: np.uint32}[dt.itemsize])
     return raw.view(dt).reshape(job.shape)
+
+
+#: Float input types of the random regression jobs (:func:`random_jobs`).
+_RANDOM_FLOATS = ("float32", "float16", "bfloat16")
+
+
+def _quantize_args(rng: np.random.Generator, rows: int, cols: int, dtype: str, out: str,
+                   block: int | None) -> tuple[tuple, dict]:
+    """A random QuantizeLinear call as :func:`qaccel.engine.example_call` makes them (normal
+    data, scales from each group's largest magnitude, small random zero points), vectorised
+    for 2-D ``x``: per tensor (``block`` None), per column (0) or blocked along columns."""
+    x_dt = FLOAT_TYPES[dtype]
+    x = rng.standard_normal((rows, cols), np.float32).astype(x_dt)
+    mag = np.abs(x.astype(np.float32))
+    if block is None:
+        amax, kw = mag.max(), {}
+    elif block == 0:
+        amax, kw = mag.max(axis=0), {"axis": 1}
+    else:
+        nb = -(-cols // block)
+        padded = np.zeros((rows, nb * block), np.float32)
+        padded[:, :cols] = mag
+        amax, kw = padded.reshape(rows, nb, block).max(axis=2), {"axis": 1, "block_size": block}
+    q = QTYPES[out]
+    half = (q.qmax - q.qmin) / 2 if q.is_int else q.qmax
+    scale = np.where(amax > 0, amax / half, 1.0).astype(x_dt)
+    zp = None
+    if q.is_int:
+        mid = 0 if q.signed else int(q.qmax + 1) // 2
+        spread = max(1, int(q.qmax - q.qmin) // 16)
+        zp = (mid + rng.integers(-spread, spread, size=np.shape(scale), endpoint=True)
+              ).astype(q.dtype)
+    return (x, scale, zp), {**kw, "output_dtype": q.dtype}
+
+
+def random_jobs(unit: Elementwise, rng: np.random.Generator, beats: int, *,
+                max_elements: int = 1 << 15) -> list[Job]:
+    """Random jobs for ``unit`` (a Quantize or Dequantize unit) with about ``beats`` output
+    beats in all, as ``uint64`` beat arrays (``words=True``) with their expected beats from the
+    golden model: each job draws a 2-D shape of up to ``max_elements`` elements, a granularity
+    (per tensor, per axis, blocked by 16 to 128) within the unit's table, and the input /
+    output types among those the unit's configuration supports (floats only for Quantize
+    inputs). Deterministic for a given ``rng`` state."""
+    from qaccel.engine import example_call  # (qaccel.engine imports this module)
+    from qaccel.rtl.elementwise.dequantize import Dequantize
+
+    c = unit.config
+
+    op = "dequantize" if isinstance(unit, Dequantize) else "quantize"
+    if op == "quantize":
+        ins = [t for t in c.q_inputs if t in _RANDOM_FLOATS]
+        outs = list(c.q_outputs)
+    else:
+        ins, outs = list(c.dq_inputs), list(c.dq_outputs)
+    if not ins or not outs:
+        raise ValueError(f"the configuration of {unit!r} has no input or output type to draw")
+    jobs: list[Job] = []
+    done = 0
+    while done < beats:
+        cols = int(rng.choice([64, 128, 256, 512, 1024]))
+        rows = int(rng.integers(1, max(2, max_elements // cols) + 1))
+        kind = int(rng.integers(0, 3))
+        axis, block = (None, 0) if kind == 0 else (1, 0) if kind == 1 else \
+            (1, int(rng.choice([16, 32, 64, 128])))
+        if (kind == 1 and cols > c.table_depth) or \
+                (kind == 2 and rows * -(-cols // block) > c.table_depth):
+            axis, block = None, 0
+        dtype, out = str(rng.choice(ins)), str(rng.choice(outs))
+        if op == "quantize":
+            args, kw = _quantize_args(rng, rows, cols, dtype, out,
+                                      None if axis is None else block)
+            job = quantize_job(unit, *args, **kw, words=True)
+        else:
+            args, kw = example_call(op, (rows, cols), dtype=dtype, output_dtype=out, axis=axis,
+                                    block_size=block, seed=int(rng.integers(0, 1 << 31)))
+            job = dequantize_job(unit, *args, **kw, words=True)
+        jobs.append(job)
+        done += len(job.y)
+    return jobs

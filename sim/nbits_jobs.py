@@ -124,6 +124,9 @@ def nbits_job_v2(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
                          f"engine, not {bs}")
     a32 = a.reshape(-1, K).astype(np.float32)
     M = a32.shape[0]
+    if M == 0:
+        raise ValueError(f"A has no rows (shape {a.shape}): an engine job needs M >= 1; "
+                         f"qaccel.RTL().matmul_nbits returns the empty result without one")
     # the K layout: natural blocks, or g_idx's groups (A and B permuted, padding slots 0)
     slots, group = block_layout(op)
     kb = slots.shape[0]

@@ -8,6 +8,10 @@ the engine's design key, so the Verilog is emitted only when no build of it exis
 :func:`run_nbits_cocotb` runs jobs back to back in one simulation with random idle cycles on
 every input stream and back-pressure on ``y``, checks every ``y`` beat against the job's
 expected ``y`` (unless ``check=False``) and returns the beats and per-job cycle counts.
+:func:`run_nbits_stream` runs jobs through the C++ stream loop of :class:`~qaccel.sim.
+streamsim.StreamSim` instead (no cocotb; pauses, long stall / starvation bursts) and
+:func:`check_nbits_stream` compares a job's result with its expected ``y`` words.
+
 What the testbench needs to know of the engine (its registers and input streams) comes from
 :func:`engine_ports`.
 """
@@ -25,15 +29,17 @@ from amaranth.lib import wiring
 from qaccel.rtl.nbits.matmul_nbits_v2 import MatMulNBitsV2
 from qaccel.sim.elementwise_sim import (
     capture_dir,
+    design_key,
     elementwise_build,
     read_capture,
     run_testbench,
 )
 from qaccel.sim.nbits_jobs import NBitsJobV2
 from qaccel.sim.runner import Build
+from qaccel.sim.streamsim import Segment, StreamResult, StreamSim
 
-__all__ = ["NBITS_NAME", "EnginePorts", "NBitsRun", "engine_ports", "job_dict", "nbits_build",
-           "run_nbits_cocotb"]
+__all__ = ["NBITS_NAME", "EnginePorts", "NBitsRun", "check_nbits_stream", "engine_ports",
+           "job_dict", "nbits_build", "nbits_stream_sim", "run_nbits_cocotb", "run_nbits_stream"]
 
 TEST_MODULE = "qaccel.sim.tb_matmul_nbits"
 #: The engine's default Verilog module name (builds of different configurations are told
@@ -147,7 +153,8 @@ def run_nbits_cocotb(engine: MatMulNBitsV2, jobs: Sequence[NBitsJobV2], *,
                      name: str | None = None, simulator: str = "verilator", idle: float = 0.0,
                      backpressure: float = 0.0, seed: int = 1, max_burst: int = 4,
                      watchdog: int | None = None, check: bool = True,
-                     reset_after: Mapping[int, int] | None = None) -> NBitsRun:
+                     reset_after: Mapping[int, int] | None = None, stall: int = 0,
+                     starve: int = 0, fifos: Sequence[tuple[str, int, bool]] = ()) -> NBitsRun:
     """Run ``jobs`` back to back on ``engine`` (module ``name``) in one cocotb simulation.
 
     ``idle`` is the probability per cycle that an input stream (each of the engine's, ``a``,
@@ -159,7 +166,10 @@ def run_nbits_cocotb(engine: MatMulNBitsV2, jobs: Sequence[NBitsJobV2], *,
     cycles without progress on a stream with beats outstanding before the run fails (default
     from the jobs' sizes). ``reset_after`` maps a job's index to the cycles after its
     ``start`` at which ``rst`` is asserted (see :func:`job_dict`); the engine must be idle
-    right after the reset and the next job must come out exact.
+    right after the reset and the next job must come out exact. ``stall`` / ``starve``: the
+    testbench's long ``y.ready``-low and input ``valid``-low bursts (cycles; 0: none) and
+    ``fifos`` the (hierarchy path, depth, margin-credited) of the FIFOs whose occupancy it
+    checks every cycle (see :mod:`qaccel.sim.tb_matmul_nbits`).
 
     Raises ValueError for jobs that are empty or do not fit the engine (other registers or
     streams), :exc:`~qaccel.sim.runner.SimulatorNotFoundError`,
@@ -196,7 +206,8 @@ def run_nbits_cocotb(engine: MatMulNBitsV2, jobs: Sequence[NBitsJobV2], *,
               "registers": list(ports.registers), "inputs": list(ports.inputs), "idle": idle,
               "backpressure": backpressure, "seed": seed, "max_burst": max_burst,
               "watchdog": watchdog or _watchdog(dicts, chunks),
-              "busy_lag": engine.timing["done"]}       # busy low this soon after the last y
+              "busy_lag": engine.timing["done"],       # busy low this soon after the last y
+              "stall": stall, "starve": starve, "fifos": [list(f) for f in fifos]}
     t0 = time.perf_counter()
     run_testbench(b, run_dir, config, "test_jobs", None, None, test_module=TEST_MODULE)
     sim_seconds = time.perf_counter() - t0
@@ -208,3 +219,55 @@ def run_nbits_cocotb(engine: MatMulNBitsV2, jobs: Sequence[NBitsJobV2], *,
                     checked=check, built=b.built, build_seconds=build_seconds,
                     sim_seconds=sim_seconds, seconds=time.perf_counter() - start,
                     records=records, aborted=data["aborted"])
+
+
+_STREAM_SIMS: dict = {}
+
+
+def nbits_stream_sim(engine: MatMulNBitsV2, *, name: str | None = None) -> StreamSim:
+    """The :class:`~qaccel.sim.streamsim.StreamSim` of ``engine`` (module ``name``, default
+    :data:`NBITS_NAME`), built or found once per process and configuration."""
+    if not isinstance(engine, MatMulNBitsV2):
+        raise TypeError(f"engine must be a MatMulNBitsV2, not {engine!r}")
+    key = (engine.config, name or NBITS_NAME)
+    if key not in _STREAM_SIMS:
+        _STREAM_SIMS[key] = StreamSim(engine, name=key[1], design_key=design_key(engine))
+    return _STREAM_SIMS[key]
+
+
+def run_nbits_stream(engine: MatMulNBitsV2, jobs: Sequence[NBitsJobV2], *,
+                     name: str | None = None, idle: float = 0.0, backpressure: float = 0.0,
+                     seed: int = 1, watchdog: int = 100_000,
+                     stall_burst: tuple[float, int, int] | None = None,
+                     starve_burst: tuple[float, int, int] | None = None) -> list[StreamResult]:
+    """Run ``jobs`` back to back on ``engine`` through the C++ stream loop (one segment per
+    job: ``start`` pulsed, then every input stream concurrently, ``y`` received until
+    ``len(job.y)`` beats arrived); return each job's
+    :class:`~qaccel.sim.streamsim.StreamResult` (``blocked`` per input stream). Pauses and
+    bursts as :meth:`~qaccel.sim.streamsim.StreamSim.run_segments`; nothing is compared (see
+    :func:`check_nbits_stream`)."""
+    if isinstance(jobs, NBitsJobV2) or not isinstance(jobs, Sequence) or not jobs:
+        raise ValueError(f"jobs must be a non-empty sequence of NBitsJobV2, not {jobs!r}")
+    segments = [Segment(j.inputs, j.regs, phases=[["start"], list(j.inputs)],
+                        expect={"y": len(j.y)}) for j in jobs]
+    return nbits_stream_sim(engine, name=name).run_segments(
+        segments, idle=idle, backpressure=backpressure, seed=seed, watchdog=watchdog,
+        stall_burst=stall_burst, starve_burst=starve_burst)
+
+
+def check_nbits_stream(job: NBitsJobV2, result: StreamResult) -> None:
+    """Raise :exc:`AssertionError` unless ``result`` holds exactly ``len(job.y)`` ``y`` beats,
+    each word bit-exact where ``job.real`` (NaN codes too) and ``last`` on the last only."""
+    label = job.meta.get("label", "")
+    beats = np.asarray(result.outputs["y"], dtype=np.uint64).reshape(-1)
+    if len(beats) != len(job.y):
+        raise AssertionError(f"{label}: {len(beats)} y beats, expected {len(job.y)}")
+    got = (beats & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    bad = np.flatnonzero((got != job.y) & job.real)
+    if bad.size:
+        raise AssertionError(f"{label}: y differs at (row, column) "
+                             f"{job.order[bad[:4]].tolist()}: {[hex(v) for v in got[bad[:4]]]}"
+                             f" vs {[hex(v) for v in job.y[bad[:4]]]}")
+    last = ((beats >> np.uint64(32)) & np.uint64(1)).tolist()
+    if last != [0] * (len(job.y) - 1) + [1]:
+        raise AssertionError(f"{label}: last flags {last}")

@@ -125,13 +125,17 @@ ${fl_get}
 }
 
 static u64 rng_state;
-static inline bool chance(u64 threshold) {  // true with probability threshold / 2**32
-    if (!threshold) return false;
+static inline u64 draw() {  // xorshift64*, the high 32 bits
     rng_state ^= rng_state >> 12;
     rng_state ^= rng_state << 25;
     rng_state ^= rng_state >> 27;
-    return ((rng_state * 2685821657736338717ULL) >> 32) < threshold;
+    return (rng_state * 2685821657736338717ULL) >> 32;
 }
+static inline bool chance(u64 threshold) {  // true with probability threshold / 2**32
+    return threshold && draw() < threshold;
+}
+// A burst length drawn uniformly from [lo, hi] (lo >= 1).
+static inline u64 burst_length(u64 lo, u64 hi) { return lo + draw() % (hi - lo + 1); }
 
 static std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 static std::string format(const char* fmt, ...) {
@@ -167,6 +171,8 @@ struct Segment {
     i64 is_n[N_IS + 1], is_phase[N_IS + 1];
     const u64* is_data[N_IS + 1];
     i64 os_expect[N_OS + 1];
+    const u64* os_check[N_OS + 1];  // expected payloads (nullptr: not checked)
+    const u64* os_mask[N_OS + 1];   // bits of the last expected payload that are compared
     std::vector<i64> pulse_port, pulse_when;  // when >= 0: cycle of the segment; else -1 - phase
 };
 
@@ -192,8 +198,16 @@ int main(int argc, char** argv) {
     const u64 reset_cycles = (u64)cfg.next("reset_cycles");
     const u64 drain = (u64)cfg.next("drain");
     const i64 idle_flag = cfg.next("idle_flag");
+    const u64 stall_thr = (u64)cfg.next("stall_p");
+    const u64 stall_min = (u64)cfg.next("stall_min"), stall_max = (u64)cfg.next("stall_max");
+    const u64 starve_thr = (u64)cfg.next("starve_p");
+    const u64 starve_min = (u64)cfg.next("starve_min"), starve_max = (u64)cfg.next("starve_max");
+    const bool keep = cfg.next("record") != 0;  // record every beat (else count and check)
+    const u64 max_mismatches = (u64)cfg.next("max_mismatches");
     const i64 data_start = cfg.next("data_start");
-    if (data_start < 0 || data_start > n_words || idle_flag >= N_FL || watchdog < 1)
+    if (data_start < 0 || data_start > n_words || idle_flag >= N_FL || watchdog < 1
+        || (stall_thr && (stall_min < 1 || stall_max < stall_min))
+        || (starve_thr && (starve_min < 1 || starve_max < starve_min)))
         fail("malformed header in", argv[1]);
     const u64* data = reinterpret_cast<const u64*>(base + data_start);
     const i64 data_words = n_words - data_start;
@@ -212,7 +226,15 @@ int main(int argc, char** argv) {
                 fail("malformed input stream record in", argv[1]);
             S.is_data[s] = data + off;
         }
-        for (int o = 0; o < N_OS; ++o) S.os_expect[o] = cfg.next("expect");
+        for (int o = 0; o < N_OS; ++o) {
+            S.os_expect[o] = cfg.next("expect");
+            const i64 off = cfg.next("check offset");
+            S.os_mask[o] = reinterpret_cast<const u64*>(cfg.p);
+            for (int j = 0; j < OS_WORDS[o]; ++j) cfg.next("check mask");
+            if (off >= 0 && (S.os_expect[o] < 0 || off + S.os_expect[o] * OS_WORDS[o] > data_words))
+                fail("malformed output stream record in", argv[1]);
+            S.os_check[o] = off >= 0 ? data + off : nullptr;
+        }
         const i64 n_pulses = cfg.next("pulses");
         for (i64 j = 0; j < n_pulses; ++j) {
             const i64 port = cfg.next("pulse port"), when = cfg.next("pulse cycle");
@@ -245,14 +267,21 @@ int main(int argc, char** argv) {
     for (int s = 0; s < N_IS; ++s) {
         i64 n = 0;
         for (const Segment& S : segs) n += S.is_n[s];
-        is_acc[s].reserve(n);
+        if (keep) is_acc[s].reserve(n);
         in_beats += n;
     }
-    for (int o = 0; o < N_OS; ++o) {
+    for (int o = 0; o < N_OS && keep; ++o) {
         os_data[o].reserve(in_beats * OS_WORDS[o]);
         os_cyc[o].reserve(in_beats);
     }
     std::vector<i64> record;
+    // Mismatches: segment, stream, beat, cycle, extra (1: a beat past the expected ones), then
+    // the expected and the received payload (MAX_WORDS words each).
+    std::vector<u64> mism;
+    u64 n_mism = 0;
+    bool stopped = false;
+    u64 stall_left[N_OS + 1] = {0};
+    i64 n_run = 0;
     u64 cycle = 0;
     // Output stream state carries over from one segment to the next (the protocol checks).
     bool stall[N_OS + 1] = {false}, os_v[N_OS + 1] = {false}, os_r[N_OS + 1] = {false};
@@ -264,7 +293,8 @@ int main(int argc, char** argv) {
         for (int k = 0; k < N_ST; ++k) { st_set(top, k, w); w += ST_WORDS[k]; }
         i64 beat[N_IS + 1] = {0}, got[N_OS + 1] = {0};
         bool offer[N_IS + 1] = {false}, is_v[N_IS + 1] = {false}, is_r[N_IS + 1] = {false};
-        u64 is_prog[N_IS + 1] = {0}, os_prog[N_OS + 1];
+        u64 is_prog[N_IS + 1] = {0}, os_prog[N_OS + 1], starve_left[N_IS + 1] = {0};
+        u64 blocked[N_IS + 1] = {0}, blocked_max[N_IS + 1] = {0};
         for (int o = 0; o < N_OS; ++o) os_prog[o] = start;
         i64 phase = 0, pulses_left = 0;
         for (i64 when : S.pulse_when) pulses_left += when >= 0;
@@ -324,15 +354,28 @@ int main(int argc, char** argv) {
                 if (!work) { ++phase; started = false; }
             }
             for (int s = 0; s < N_IS; ++s) {
-                if (!offer[s] && started && S.is_phase[s] == phase && beat[s] < S.is_n[s]
-                    && !chance(idle_thr)) {
-                    offer[s] = true;
-                    is_payload(top, s, S.is_data[s] + beat[s] * IS_WORDS[s]);
+                if (!offer[s] && started && S.is_phase[s] == phase && beat[s] < S.is_n[s]) {
+                    if (starve_left[s]) {
+                        --starve_left[s];
+                    } else if (chance(starve_thr)) {
+                        starve_left[s] = burst_length(starve_min, starve_max) - 1;
+                    } else if (!chance(idle_thr)) {
+                        offer[s] = true;
+                        is_payload(top, s, S.is_data[s] + beat[s] * IS_WORDS[s]);
+                    }
                 }
                 is_valid(top, s, offer[s]);
             }
             for (int o = 0; o < N_OS; ++o) {
-                os_r[o] = !chance(bp_thr);
+                if (stall_left[o]) {
+                    --stall_left[o];
+                    os_r[o] = false;
+                } else if (chance(stall_thr)) {
+                    stall_left[o] = burst_length(stall_min, stall_max) - 1;
+                    os_r[o] = false;
+                } else {
+                    os_r[o] = !chance(bp_thr);
+                }
                 os_ready(top, o, os_r[o]);
             }
             ${clk0}
@@ -342,8 +385,13 @@ int main(int argc, char** argv) {
             for (int s = 0; s < N_IS; ++s) {
                 is_v[s] = offer[s];
                 is_r[s] = is_ready(top, s);
+                if (offer[s] && !is_r[s]) {
+                    if (++blocked[s] > blocked_max[s]) blocked_max[s] = blocked[s];
+                } else {
+                    blocked[s] = 0;
+                }
                 if (offer[s] && is_r[s]) {
-                    is_acc[s].push_back(cycle);
+                    if (keep) is_acc[s].push_back(cycle);
                     ++beat[s];
                     offer[s] = false;
                     is_prog[s] = cycle;
@@ -365,10 +413,36 @@ int main(int argc, char** argv) {
                                   "without ready (it must stay stable until the transfer)");
                 }
                 if (v && os_r[o]) {
-                    const size_t n0 = os_data[o].size();
-                    os_data[o].resize(n0 + OS_WORDS[o]);
-                    os_payload(top, o, os_data[o].data() + n0);
-                    os_cyc[o].push_back(cycle);
+                    u64* p = now;
+                    if (keep) {
+                        const size_t n0 = os_data[o].size();
+                        os_data[o].resize(n0 + OS_WORDS[o]);
+                        p = os_data[o].data() + n0;
+                        os_cyc[o].push_back(cycle);
+                    }
+                    os_payload(top, o, p);
+                    if (S.os_check[o]) {
+                        const bool extra = got[o] >= S.os_expect[o];
+                        bool bad = extra;
+                        const u64* want = S.os_check[o] + got[o] * OS_WORDS[o];
+                        const bool last = got[o] == S.os_expect[o] - 1;
+                        for (int j = 0; j < OS_WORDS[o] && !bad; ++j)
+                            bad = (p[j] ^ want[j]) & (last ? S.os_mask[o][j] : ~0ULL);
+                        if (bad) {
+                            if (n_mism < max_mismatches) {
+                                const u64 head[5] = {(u64)g, (u64)o, (u64)got[o], cycle - start,
+                                                     (u64)extra};
+                                mism.insert(mism.end(), head, head + 5);
+                                for (int j = 0; j < MAX_WORDS; ++j) {
+                                    const u64 m = last ? S.os_mask[o][j] : ~0ULL;
+                                    mism.push_back(!extra && j < OS_WORDS[o] ? want[j] & m : 0);
+                                }
+                                for (int j = 0; j < MAX_WORDS; ++j)
+                                    mism.push_back(j < OS_WORDS[o] ? p[j] : 0);
+                            }
+                            if (++n_mism >= max_mismatches && !keep) stopped = true;
+                        }
+                    }
                     ++got[o];
                     stall[o] = false;
                     os_prog[o] = cycle;
@@ -434,22 +508,26 @@ int main(int argc, char** argv) {
             ${clk1}
             top->eval();
             ++cycle;
-            if (done >= 0 && cycle > (u64)done + drain) break;
+            if (stopped || (done >= 0 && cycle > (u64)done + drain)) break;
         }
+        ++n_run;
         for (int k : raised) st_pulse(top, k, false);
         record.push_back((i64)start);
         record.push_back(done);
         record.push_back((i64)cycle - 1);
         for (int s = 0; s < N_IS; ++s) record.push_back(beat[s]);
         for (int o = 0; o < N_OS; ++o) record.push_back(got[o]);
+        for (int s = 0; s < N_IS; ++s) record.push_back((i64)blocked_max[s]);
+        if (stopped) break;
     }
     model->final();
 
     FILE* f = std::fopen(argv[2], "wb");
     if (!f) fail("cannot create", argv[2]);
-    const i64 head[2] = {n_seg, (i64)cycle};
-    bool ok = std::fwrite(head, 8, 2, f) == 2;
+    const i64 head[4] = {n_run, (i64)cycle, (i64)n_mism, (i64)(mism.size() / (5 + 2 * MAX_WORDS))};
+    bool ok = std::fwrite(head, 8, 4, f) == 4;
     ok &= std::fwrite(record.data(), 8, record.size(), f) == record.size();
+    ok &= std::fwrite(mism.data(), 8, mism.size(), f) == mism.size();
     for (int o = 0; o < N_OS; ++o) {
         ok &= std::fwrite(os_data[o].data(), 8, os_data[o].size(), f) == os_data[o].size();
         ok &= std::fwrite(os_cyc[o].data(), 8, os_cyc[o].size(), f) == os_cyc[o].size();
