@@ -36,6 +36,10 @@ an environment that follows the same protocol on ``x`` and drives everything els
 :func:`with_delay_lanes` replaces a unit's lane datapaths by delay lines of the same latency
 (:class:`DelayLane`), which keeps bounded model checking tractable: the properties are about
 the shell (admission, credit counter, valid pipeline, output FIFO), not the arithmetic.
+
+:class:`CreditHarness` states the same credit, timing and output-stream properties for any
+unit with one input stream, one output stream and a credit-counted output FIFO of fixed
+latency (the MatMulNBits engine's :class:`~qaccel.rtl.nbits.packed_mac_array.PackedMacArray`).
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ from qaccel.sim.runner import build_root, digest, file_lock, log_tail
 
 __all__ = [
     "ENGINES",
+    "CreditHarness",
     "DelayLane",
     "ElementwiseHarness",
     "FormalError",
@@ -540,4 +545,149 @@ class ElementwiseHarness(Elaboratable):
             with m.If(y.valid):
                 m.d.comb += [Assert(y.payload.data[k][:tag] == y_count)
                              for k in range(y.payload.data.shape().length)]
+        return m
+
+
+class CreditHarness(Elaboratable):
+    """Formal harness of a unit whose output FIFO is reserved by a credit counter: one input
+    stream ``i``, one output stream ``o`` and a fixed latency between them.
+
+    Environment (assumptions): the reset is high in the first cycle, then free; ``i`` follows
+    the stream rules (a beat offered stays offered, unchanged, until it is taken); with
+    ``assume``, ``assume(payload)`` (a list of 1-bit values) holds for every beat offered;
+    every other input of the unit is free in every cycle.
+
+    Properties (assertions), those about the previous cycle only when it was not a reset:
+
+    * ``o`` follows the stream rules (a beat offered and not taken is offered again, with the
+      same payload);
+    * the credit holds: the ``i`` transfers that produce an output beat (all of them, or those
+      where ``counts(payload)`` is high) never fall behind the ``o`` transfers, and lead them
+      by at most ``limit`` (the FIFO depth: the credit counts the beats in the pipeline too);
+      ``busy`` (if the unit has one) is high while any is inside;
+    * timing, so also no beat lost: ``o.valid`` is high exactly when a counted ``i``
+      transfer ``latency`` or more cycles ago has not left yet.
+
+    A credit off by one lets ``limit + 1`` beats in: the credit assertion fails the cycle
+    after, so a BMC depth of ``1 + limit + 3`` (reset, ``limit`` transfers with ``o``
+    stalled, one more, the check) reaches it (:attr:`credit_depth`).
+
+    Parameters
+    ----------
+    unit : :class:`~amaranth.lib.wiring.Component`
+        The unit; its ports become the harness's free inputs and observable outputs.
+    i, o : :class:`str`
+        The names of its input and output streams.
+    limit : :class:`int`
+        Beats the unit may hold (its ``fifo_depth``), 1 to 4096.
+    latency : :class:`int`
+        Cycles from a counted ``i`` transfer to its ``o`` beat being offered, 1 to 1000.
+    counts : callable or None
+        ``counts(payload)``: the 1-bit value saying that an ``i`` beat produces an ``o`` beat.
+    assume : callable or None
+        ``assume(payload)``: the 1-bit values an offered ``i`` beat must satisfy.
+
+    Raises
+    ------
+    :exc:`TypeError`
+        If ``unit`` is not a component or ``counts`` / ``assume`` is not callable.
+    :exc:`ValueError`
+        If ``i`` / ``o`` is not an input / output stream of ``unit``, or ``limit`` or
+        ``latency`` is out of range.
+    """
+
+    def __init__(self, unit: wiring.Component, *, i: str, o: str, limit: int, latency: int,
+                 counts=None, assume=None):
+        if not isinstance(unit, wiring.Component):
+            raise TypeError(f"unit must be an Amaranth wiring.Component, not {unit!r}")
+        members = unit.signature.members
+        for name, flow in ((i, wiring.In), (o, wiring.Out)):
+            if (not isinstance(name, str) or name not in members or members[name].flow != flow
+                    or not members[name].is_signature
+                    or {"valid", "ready", "payload"} - set(members[name].signature.members)):
+                raise ValueError(f"{name!r} is not an {flow.name} stream of {unit!r}")
+        check_int("limit", limit, 1, 4096)
+        check_int("latency", latency, 1, 1000)
+        for label, fn in (("counts", counts), ("assume", assume)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{label} must be callable or None, not {fn!r}")
+        self.unit = unit
+        self.i_name, self.o_name = i, o
+        self.limit, self.latency = limit, latency
+        self.counts, self.assume = counts, assume
+        self.sync = ClockDomain("sync")
+
+    @property
+    def credit_depth(self) -> int:
+        """A BMC depth in which ``limit`` counted beats can enter with ``o`` stalled, one more
+        try to enter, and the cycle after is checked."""
+        return 1 + self.limit + 3
+
+    def ports(self) -> list[Value]:
+        """The clock, the reset and every port of the unit."""
+        return [self.sync.clk, self.sync.rst,
+                *(Value.cast(v) for _, _, v in self.unit.signature.flatten(self.unit))]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = self.sync
+        m.submodules.unit = u = self.unit
+        rst = self.sync.rst
+        i, o = getattr(u, self.i_name), getattr(u, self.o_name)
+        counted = 1 if self.counts is None else self.counts(i.payload)
+        i_fire = Signal()
+        o_fire = Signal()
+        m.d.comb += [i_fire.eq(i.valid & i.ready & counted), o_fire.eq(o.valid & o.ready)]
+
+        first = Signal(init=1, reset_less=True)
+        m.d.sync += first.eq(0)
+        with m.If(first):
+            m.d.comb += Assume(rst)
+
+        def past(value, name):
+            sig = Signal.like(value, name=f"past_{name}", reset_less=True)
+            m.d.sync += sig.eq(value)
+            return sig
+
+        past_rst = Signal(init=1, reset_less=True)
+        m.d.sync += past_rst.eq(rst)
+        checked = ~past_rst
+
+        # -- environment -----------------------------------------------------------------------
+        i_held = past(i.valid & ~i.ready, "i_held")
+        i_payload = past(Value.cast(i.payload), "i_payload")
+        with m.If(checked & i_held):
+            m.d.comb += [Assume(i.valid), Assume(Value.cast(i.payload) == i_payload)]
+        if self.assume is not None:
+            with m.If(i.valid):
+                m.d.comb += [Assume(c) for c in self.assume(i.payload)]
+
+        # -- o follows the stream rules --------------------------------------------------------
+        o_held = past(o.valid & ~o.ready, "o_held")
+        o_payload = past(Value.cast(o.payload), "o_payload")
+        with m.If(checked & o_held):
+            m.d.comb += [Assert(o.valid), Assert(Value.cast(o.payload) == o_payload)]
+
+        # -- the credit ------------------------------------------------------------------------
+        inside = Signal(signed(self.limit.bit_length() + 2))
+        with m.If(rst):
+            m.d.sync += inside.eq(0)
+        with m.Else():
+            m.d.sync += inside.eq(inside + i_fire - o_fire)
+        m.d.comb += [Assert(inside >= 0), Assert(inside <= self.limit)]
+        if "busy" in u.signature.members:
+            with m.If(inside != 0):
+                m.d.comb += Assert(u.busy)
+
+        # -- timing: o.valid iff a counted beat taken `latency` or more cycles ago is inside ---
+        taken = Signal(self.latency)
+        ripe_before = Signal(range(self.limit + 2))
+        ripe = Signal(range(self.limit + 2))
+        m.d.comb += ripe.eq(ripe_before + taken[-1])
+        with m.If(rst):
+            m.d.sync += [taken.eq(0), ripe_before.eq(0)]
+        with m.Else():
+            m.d.sync += [taken.eq((taken << 1) | i_fire), ripe_before.eq(ripe - o_fire)]
+        with m.If(checked):
+            m.d.comb += Assert(o.valid == (ripe != 0))
         return m

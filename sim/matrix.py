@@ -5,7 +5,8 @@ per (input type, output type, granularity) the unit carries (scale types rotate 
 carried ones), on random data that includes rounding ties, values beyond the output range,
 infinities, NaN and signed zeros; :func:`dml_matrix` covers DirectML's quantize with
 broadcast scales. Granularities: per-tensor, per-axis (a random axis, negative half the time),
-blocked (random axis and block size, usually with a partial last block).
+blocked (random axis and block size, usually with a partial last block). :func:`fill_job` is
+one job long enough to fill a unit's output FIFO under back-pressure.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from __future__ import annotations
 import numpy as np
 
 from qaccel.model.dtypes import FLOAT_TYPES, QTYPES, SCALE_TYPES
+from qaccel.rtl.elementwise.dequantize import Dequantize
 from qaccel.rtl.elementwise.dequantize_lane import dq_scales
 from qaccel.rtl.elementwise.unit import Elementwise
 from qaccel.sim.jobs import Job, dequantize_job, dml_job, quantize_job
 
-__all__ = ["GRANULARITIES", "dequantize_matrix", "dml_matrix", "quantize_matrix",
+__all__ = ["GRANULARITIES", "dequantize_matrix", "dml_matrix", "fill_job", "quantize_matrix",
            "random_codes", "random_float", "random_scale"]
 
 GRANULARITIES = ("per-tensor", "per-axis", "blocked")
@@ -161,3 +163,32 @@ def dequantize_matrix(unit: Elementwise, rng, *, shape=(3, 5, 7),
                                                output_dtype=FLOAT_TYPES[out],
                                                label=f"DQ {xt} x {st} -> {out} {kind}"))
     return jobs
+
+
+def fill_job(unit: Elementwise, rng) -> Job:
+    """A per-tensor job of ``2 * fifo_depth + latency`` beats on ``unit`` (a Quantize or a
+    Dequantize unit; its first input, output and scale types): more beats than the output FIFO
+    holds, so a long stall on ``y`` runs the credit out (``tb_elementwise.test_credit_limit``).
+
+    Raises ValueError if the job's element count does not fit ``config.count_width`` or its
+    one dimension ``config.size_width`` (give a configuration with wider counts)."""
+    c = unit.config
+    n = c.lanes * (2 * unit.fifo_depth + unit.latency)
+    if n >> c.count_width or n >> c.size_width:
+        raise ValueError(f"a fill job of {n} elements does not fit count_width "
+                         f"{c.count_width} / size_width {c.size_width} of {c!r}: widen them")
+    if isinstance(unit, Dequantize):
+        xt, out, st = c.dq_inputs[0], c.dq_outputs[0], dq_scales(c)[0]
+        x = (random_float("int32", (n,), rng) if xt == "int32" else
+             random_codes(xt, (n,), rng))
+        zp = (np.zeros((), np.float32).astype(QTYPES[xt].dtype) if not QTYPES[xt].is_int
+              else random_codes(xt, (), rng) if xt != "int32" else None)
+        with np.errstate(all="ignore"):
+            return dequantize_job(unit, x, random_scale(st, (), rng), zp, axis=1,
+                                  block_size=0, output_dtype=FLOAT_TYPES[out],
+                                  label=f"DQ fill {xt} x {st} -> {out} ({n})")
+    xt, out, st = c.q_inputs[0], c.q_outputs[0], c.scales[0]
+    with np.errstate(all="ignore"):
+        return quantize_job(unit, random_float(xt, (n,), rng), random_scale(st, (), rng),
+                            random_codes(out, (), rng), axis=1, block_size=0, saturate=True,
+                            label=f"Q fill {xt}/{st} -> {out} ({n})")

@@ -20,13 +20,16 @@ from typing import Any
 from cocotb.triggers import FallingEdge, ReadOnly
 
 __all__ = [
+    "CreditError",
     "CycleLoop",
+    "OccupancyMonitor",
     "StallError",
     "StreamDriver",
     "StreamMonitor",
     "StreamPort",
     "StreamSink",
     "Watchdog",
+    "burst_pauses",
     "cycle_pauses",
     "no_pauses",
     "random_pauses",
@@ -45,6 +48,27 @@ def no_pauses() -> Iterator[bool]:
 def cycle_pauses(pattern: Iterable[int | bool] = (1, 1, 1, 0)) -> Iterator[bool]:
     """Pause by a repeating ``pattern`` (Forencich's ``cycle_pause``)."""
     return (bool(p) for p in itertools.cycle(tuple(pattern)))
+
+
+def burst_pauses(stall: int, *, rng: random.Random, run: tuple[int, int] = (1, 8),
+                 probability: float = 0.5) -> Iterator[bool]:
+    """Long stalls: ``stall`` paused cycles in a row, then a run of ``run[0]..run[1]`` cycles
+    (random) in which each cycle pauses with ``probability`` (short random pauses), repeating.
+
+    For ``ready``, a ``stall`` longer than an output FIFO's depth plus the unit's latency
+    fills the FIFO whenever the input keeps up; for ``valid``, it empties the unit (input
+    starvation)."""
+    if not isinstance(stall, int) or stall < 1:
+        raise ValueError(f"stall must be an int >= 1, not {stall!r}")
+    lo, hi = run
+    if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
+        raise ValueError(f"run must be (lo, hi) with 1 <= lo <= hi, not {run!r}")
+    if not 0.0 <= probability < 1.0:
+        raise ValueError(f"probability must be in [0, 1), not {probability!r}")
+    while True:
+        yield from itertools.repeat(True, stall)
+        for _ in range(rng.randint(lo, hi)):
+            yield rng.random() < probability
 
 
 def random_pauses(probability: float, *, rng: random.Random, max_burst: int = 1) -> Iterator[bool]:
@@ -204,6 +228,11 @@ class StreamDriver:
         """Beats queued and not yet accepted."""
         return len(self.queue)
 
+    @property
+    def offering(self) -> bool:
+        """A beat is offered (``valid`` driven high) in this cycle."""
+        return self._offering
+
     def reset(self) -> None:
         """Drop queued beats and drive ``valid`` low."""
         self.queue.clear()
@@ -233,15 +262,28 @@ class StreamDriver:
 
 
 class StreamSink:
-    """Drive ``ready`` of an output stream, withholding it on cycles given by ``pauses``."""
+    """Drive ``ready`` of an output stream, withholding it on cycles given by ``pauses``, and
+    for the next ``n`` cycles after :meth:`stall` ``(n)`` (a stall placed by the testbench, e.g.
+    at a job boundary; ``pauses`` is not consumed meanwhile)."""
 
     def __init__(self, port: StreamPort, *, pauses: Iterator[bool] | None = None):
         self.port = port
         self.pauses = pauses if pauses is not None else no_pauses()
+        self.held = 0
         self._ready_out: bool | None = None
 
+    def stall(self, cycles: int) -> None:
+        """Hold ``ready`` low for the next ``cycles`` cycles."""
+        if not isinstance(cycles, int) or cycles < 0:
+            raise ValueError(f"cycles must be an int >= 0, not {cycles!r}")
+        self.held = cycles
+
     def drive(self, cycle: int) -> None:
-        ready = not next(self.pauses)
+        if self.held:
+            self.held -= 1
+            ready = False
+        else:
+            ready = not next(self.pauses)
         if ready != self._ready_out:
             self.port.ready.value = int(ready)
             self._ready_out = ready
@@ -284,6 +326,101 @@ class StreamMonitor:
         if self.first_cycle is None or self.last_cycle is None:
             return 0.0
         return self.count / (self.last_cycle - self.first_cycle + 1)
+
+
+class CreditError(AssertionError):
+    """A unit held more beats than its credit allows, or a FIFO more than its depth."""
+
+
+class OccupancyMonitor:
+    """Assert a unit's credit and its FIFOs' occupancy limits every cycle, and record the highs.
+
+    ``inside()`` (optional) returns the beats the unit holds: taken on its input and not yet
+    delivered on its output (e.g. ``lambda: x_mon.count - y_mon.count`` with monitors sampled
+    before this agent); it must stay within ``limit`` (the credit). ``fifos`` maps a name to
+    ``(handle, depth)``: a FIFO instance reached through the design's hierarchy
+    (``dut.fifo``, ``dut.cluster0.y_fifo``) with Amaranth's FIFO ports ``w_en``, ``r_en`` and
+    ``r_rdy``, and the entries it holds. Its occupancy is counted here, writes asked for
+    (``w_en``) minus reads (``r_en & r_rdy``), so a write into a full FIFO (a beat the FIFO
+    drops: the credit let one too many through) takes the count past ``depth``, whatever the
+    FIFO's own ``w_rdy`` says. The first cycle a count leaves ``0..limit`` raises
+    :exc:`CreditError` naming it, the cycle and the value. While ``reset()`` is true the FIFO
+    counts restart from 0 and nothing is checked.
+
+    :meth:`check_reached` fails unless every count reached its limit (a stall pattern that
+    never fills a FIFO does not test its credit); :attr:`high` holds each maximum,
+    :attr:`full_cycles` the cycles spent at each limit.
+    """
+
+    def __init__(self, *, inside: Callable[[], int] | None = None, limit: int | None = None,
+                 name: str = "beats inside", fifos: dict[str, tuple[Any, int]] | None = None,
+                 reset: Callable[[], bool] = lambda: False):
+        if (inside is None) != (limit is None):
+            raise ValueError("give inside= and limit= together, or neither")
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"limit must be an int >= 1, not {limit!r}")
+        fifos = dict(fifos or {})
+        for key, (_, depth) in fifos.items():
+            if not isinstance(depth, int) or depth < 1:
+                raise ValueError(f"the depth of FIFO {key!r} must be an int >= 1, not "
+                                 f"{depth!r}")
+        if inside is None and not fifos:
+            raise ValueError("nothing to monitor: give inside= and limit=, or fifos=")
+        self.name = name
+        self.inside = inside
+        self.limits = {**({name: limit} if inside is not None else {}),
+                       **{k: d for k, (_, d) in fifos.items()}}
+        self.fifos = {k: (h.w_en, h.r_en, h.r_rdy) for k, (h, _) in fifos.items()}
+        self.reset = reset
+        self.count = dict.fromkeys(self.fifos, 0)
+        self.high = dict.fromkeys(self.limits, 0)
+        self.full_cycles = dict.fromkeys(self.limits, 0)
+
+    @staticmethod
+    def _bit(handle, key: str, cycle: int) -> int:
+        v = handle.value
+        if not v.is_resolvable:
+            raise CreditError(f"{key}: a FIFO port is {v} at cycle {cycle}, not 0 or 1")
+        return int(v)
+
+    def sample(self, cycle: int) -> None:
+        if self.reset():
+            self.count = dict.fromkeys(self.fifos, 0)
+            return
+        values = {}
+        if self.inside is not None:
+            values[self.name] = self.inside()
+        for key, (w_en, r_en, r_rdy) in self.fifos.items():
+            # the count after this edge: its writes and reads
+            self.count[key] += (self._bit(w_en, key, cycle)
+                                - (self._bit(r_en, key, cycle) & self._bit(r_rdy, key, cycle)))
+            values[key] = self.count[key]
+        for key, value in values.items():
+            limit = self.limits[key]
+            if value > limit or value < 0:
+                raise CreditError(
+                    f"{key}: {value} at cycle {cycle}, outside 0..{limit} (credit or FIFO "
+                    f"overrun: a beat taken without room for it, or one lost)")
+            if value > self.high[key]:
+                self.high[key] = value
+            self.full_cycles[key] += value == limit
+
+    def reached(self) -> dict[str, bool]:
+        """Whether each count reached its limit (the FIFO was filled)."""
+        return {k: self.high[k] == self.limits[k] for k in self.limits}
+
+    def check_reached(self, names=None) -> None:
+        """Raise :exc:`AssertionError` naming the counts (all, or those in ``names``) that
+        never reached their limits."""
+        short = [f"{k} reached {self.high[k]} of {self.limits[k]}"
+                 for k, ok in self.reached().items() if not ok and (names is None or k in names)]
+        if short:
+            raise AssertionError("the stall pattern did not fill: " + "; ".join(short))
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        """Per count: its limit, its high and the cycles at the limit."""
+        return {k: {"limit": self.limits[k], "high": self.high[k],
+                    "full_cycles": self.full_cycles[k]} for k in self.limits}
 
 
 class StallError(AssertionError):

@@ -5,8 +5,24 @@ Parameters (``qaccel.sim.tbconfig.params()``): ``jobs_file`` (JSON list of
 :class:`qaccel.sim.jobs.Job` dicts), ``latency`` (the unit's stated latency), ``idle`` and
 ``backpressure`` (pause probabilities per cycle), ``max_burst``, ``watchdog`` (stall timeout in
 cycles), ``seed``, ``reset_after`` (beats into the first job at which test_reset_mid_stream
-resets). Every output beat is checked in order against the job's expected beats (the golden
-model's answer); each test records its beats, cycles and seconds.
+resets), ``fifo_depth`` (the unit's :attr:`~qaccel.rtl.elementwise.unit.Elementwise.fifo_depth`:
+test_credit_limit is skipped without it). Every output beat is checked in order against the
+job's expected beats (the golden model's answer); each test records its beats, cycles and
+seconds.
+
+test_credit_limit runs the :data:`FILL_JOBS` longest jobs under stall patterns computed from
+``fifo_depth`` and ``latency``: ``y.ready`` low for ``fifo_depth + latency +``
+:data:`STALL_MARGIN` cycles in a row (then a random run of mostly-ready cycles), the same
+stall at each job's start and after its last ``x`` beat is taken (the job's tail, ``last``
+included, waits in the FIFO), and ``x.valid`` low for ``latency +`` :data:`STALL_MARGIN` cycles
+between runs of beats (input starvation: the pipeline and the FIFO run empty). Beats taken on
+``x`` minus beats delivered on ``y`` must stay within ``fifo_depth`` (the credit counts the
+beats in the pipeline and in the FIFO), and the output FIFO's writes minus its reads (its
+ports peeked at ``dut.fifo`` where the simulator exposes them: a write into the full FIFO
+takes it past the depth) within ``fifo_depth``, checked every cycle; both must reach
+``fifo_depth`` (the pattern really runs the credit out). ``busy`` must be high in every cycle
+with beats inside. The longest job must have more than
+``fifo_depth`` beats (:func:`qaccel.sim.matrix.fill_job` makes one).
 
 Capture mode (``test_jobs`` with ``capture_file`` set; :func:`qaccel.sim.elementwise_sim.
 capture_elementwise`): a job whose expected beats are absent (``y == []``) is run without a
@@ -31,12 +47,14 @@ from qaccel.sim import tbconfig
 from qaccel.sim.scoreboard import InOrderChecker
 from qaccel.sim.streams import (
     CycleLoop,
+    OccupancyMonitor,
     StallError,
     StreamDriver,
     StreamMonitor,
     StreamPort,
     StreamSink,
     Watchdog,
+    burst_pauses,
     cycle_pauses,
     no_pauses,
     random_pauses,
@@ -49,6 +67,11 @@ DEFAULTS = {"idle": 0.3, "backpressure": 0.3, "max_burst": 4, "watchdog": 2000, 
             "reset_after": 20, "capture_file": None, "progress_file": None}
 #: Output beats between two updates of ``progress_file``.
 PROGRESS_BEATS = 2048
+#: Cycles a long stall lasts beyond what fills the unit (``fifo_depth + latency`` on ``y``,
+#: ``latency`` on ``x``).
+STALL_MARGIN = 8
+#: Jobs test_credit_limit runs back to back (the longest ones).
+FILL_JOBS = 3
 
 
 def _write_json(path: str, value) -> None:
@@ -154,12 +177,14 @@ class ElementwiseTB:
         dut.start.value = 0
         return cycles
 
-    async def run_job(self, job: dict, *, capture: bool = False) -> dict:
+    async def run_job(self, job: dict, *, capture: bool = False, edge_stall: int = 0) -> dict:
         """Run one job to completion, then wait until idle: every y beat checked against
         ``job["y"]``, or with ``capture`` and no expected beats, one y beat received per x
         beat (``received``, ``min_latency`` and ``max_latency`` in the result). ``cycles``
         counts from the cycle after ``start`` to the first with ``busy`` low, inclusive;
-        ``load_cycles`` the table writes and ``start`` before it."""
+        ``load_cycles`` the table writes and ``start`` before it. ``edge_stall``: hold
+        ``y.ready`` low for that many cycles from the job's start and again once its last
+        ``x`` beat is taken."""
         load_cycles = await self.load(job)
         self.expected = None if capture and not job["y"] else job["y"]
         n = len(job["x"]) if self.expected is None else len(job["y"])
@@ -170,9 +195,15 @@ class ElementwiseTB:
         self.driver.send(job["x"])
         t0 = time.perf_counter()
         # 1 + : the cycle after ``start``, before the loop's first falling edge
-        cycles = 1 + await self.loop.run(until=lambda: len(self.received) >= n
-                                     and self.driver.pending == 0,
-                                     max_cycles=200 * (n + 200))
+        cycles = 1
+        bound = 200 * (n + 200) + 4 * edge_stall
+        if edge_stall:
+            self.sink.stall(edge_stall)
+            cycles += await self.loop.run(until=lambda: self.driver.pending == 0,
+                                          max_cycles=bound)
+            self.sink.stall(edge_stall)
+        cycles += await self.loop.run(until=lambda: len(self.received) >= n
+                                      and self.driver.pending == 0, max_cycles=bound)
         cycles += await self.loop.run(until=lambda: not int(self.dut.busy.value),
                                       max_cycles=1000)
         self.checker.check_done()
@@ -193,6 +224,39 @@ def _params() -> tuple[dict, random.Random, list[dict]]:
     with open(params["jobs_file"]) as f:
         jobs = json.load(f)
     return params, random.Random(seed), jobs
+
+
+class BusyCheck:
+    """Fail the cycle ``busy`` is low while ``inside()`` beats are in the unit."""
+
+    def __init__(self, dut, inside):
+        self.dut = dut
+        self.inside = inside
+        self.before = 0             # beats inside during this cycle (after the last edge)
+
+    def sample(self, cycle: int) -> None:
+        if self.before and not int(self.dut.busy.value):
+            raise AssertionError(f"busy low at cycle {cycle} with {self.before} beats inside")
+        self.before = self.inside()         # (the monitors have counted this edge's beats)
+
+
+def _fifo(dut):
+    """The output FIFO instance through the hierarchy, or None where it is not visible."""
+    try:
+        fifo = dut.fifo
+        for port in ("w_en", "r_en", "r_rdy"):
+            getattr(fifo, port)
+    except AttributeError:
+        return None
+    return fifo
+
+
+def _can_fill() -> bool:
+    """Whether the run's parameters name the FIFO depth (test_credit_limit needs it)."""
+    try:
+        return "fifo_depth" in tbconfig.params()
+    except RuntimeError:                # imported outside a simulation
+        return False
 
 
 def _pauses(params, rng, key):
@@ -304,3 +368,44 @@ async def test_watchdog_names_stalled_stream(dut):
         raise AssertionError("the watchdog did not fire on a stalled output stream")
     assert "stream 'y' stalled" in message and "valid=1 ready=0" in message, message
     tbconfig.record("test_watchdog_names_stalled_stream", message=message)
+
+
+@cocotb.test(skip=not _can_fill())
+async def test_credit_limit(dut):
+    """Long stalls on ``y`` (at job boundaries too) and long input gaps on ``x``: every beat
+    checked, the beats inside and the FIFO level within ``fifo_depth`` every cycle, and both
+    reaching it (see the module notes)."""
+    params, rng, jobs = _params()
+    depth, latency = int(params["fifo_depth"]), int(params["latency"])
+    stall, starve = depth + latency + STALL_MARGIN, latency + STALL_MARGIN
+    longest = sorted(range(len(jobs)), key=lambda k: -len(jobs[k]["x"]))[:FILL_JOBS]
+    chosen = [jobs[k] for k in sorted(longest)]
+    most = len(jobs[longest[0]]["x"])
+    assert most > depth, (f"the longest job has {most} x beats: test_credit_limit needs one of "
+                          f"more than fifo_depth = {depth} (qaccel.sim.matrix.fill_job)")
+    tb = ElementwiseTB(dut, params,
+                       idle=burst_pauses(starve, rng=rng, run=(depth, 3 * depth),
+                                         probability=0.1),
+                       backpressure=burst_pauses(stall, rng=rng, run=(1, 2 * depth),
+                                                 probability=0.3),
+                       watchdog=max(params["watchdog"], 4 * stall))
+    fifo = _fifo(dut)
+    occupancy = OccupancyMonitor(inside=lambda: tb.x_mon.count - tb.y_mon.count, limit=depth,
+                                 fifos=None if fifo is None else {"fifo": (fifo, depth)})
+    tb.loop.add(occupancy, BusyCheck(dut, lambda: tb.x_mon.count - tb.y_mon.count))
+    await tb.start()
+    beats = cycles = 0
+    for job in chosen:
+        try:
+            r = await tb.run_job(job, edge_stall=stall)
+        except Exception:
+            dut._log.error(f"test_credit_limit failed in job '{job['label']}' "
+                           f"({len(job['x'])} x beats); occupancy {occupancy.summary()}")
+            raise
+        beats += r["beats"]
+        cycles += r["cycles"]
+    assert tb.y_mon.count == beats, f"{tb.y_mon.count} y beats seen, {beats} expected"
+    occupancy.check_reached()
+    tbconfig.record("test_credit_limit", jobs=len(chosen), beats=beats, cycles=cycles,
+                    fifo_depth=depth, latency=latency, stall=stall, starve=starve,
+                    fifo_peeked=fifo is not None, occupancy=occupancy.summary())

@@ -18,7 +18,17 @@ probabilities per cycle, each input stream and ``y.ready`` with its own seeded g
 ``reset_cycles`` (cycles ``rst`` is held), ``settle`` (cycles after a reset during which no
 ``y`` beat may appear), ``busy_lag`` (the cycle after the last ``y`` beat by which ``busy``
 must be low: 1 is the very next), ``capture_file`` (where to write the received beats and
-cycle counts).
+cycle counts), and for long stalls (0: none) ``stall`` (``y.ready`` held low that many cycles
+in a row, then a random run of up to ``stall`` cycles of 30 % pauses, repeating; held low from
+each job's start until the engine is backed up to its inputs, i.e. until for ``stall`` cycles
+an input beat is offered and none is taken (or every input beat is in), and held low
+``stall`` cycles again once the job's last input beat is taken, so its tail waits in the
+engine), ``starve`` (each input stream's ``valid`` low that many cycles in a
+row between runs of beats) and ``fifos`` (``[path, depth, fill]`` triples: a FIFO instance
+reached through the hierarchy, ``"cluster0.y_fifo"``, its depth, and whether the run must
+fill it). Each FIFO's writes minus reads (:class:`~qaccel.sim.streams.OccupancyMonitor`) must
+stay within its depth every cycle (a write into a full FIFO is a beat lost: a credit let one
+too many through); those with ``fill`` must reach it. The highs are recorded.
 
 The jobs run back to back in one simulation: the registers are set and ``start`` pulsed one
 cycle after ``busy`` is seen low, the input streams the job has beats for are fed from the
@@ -53,11 +63,13 @@ from qaccel.sim.nbits_jobs import is_nan_code
 from qaccel.sim.scoreboard import InOrderChecker
 from qaccel.sim.streams import (
     CycleLoop,
+    OccupancyMonitor,
     StreamDriver,
     StreamMonitor,
     StreamPort,
     StreamSink,
     Watchdog,
+    burst_pauses,
     no_pauses,
     random_pauses,
 )
@@ -66,7 +78,8 @@ from qaccel.sim.tb import reset, start_clock
 log = logging.getLogger("cocotb.qaccel.tb_matmul_nbits")
 
 DEFAULTS = {"idle": 0.3, "backpressure": 0.3, "max_burst": 4, "watchdog": 2000, "seed": None,
-            "capture_file": None, "reset_cycles": 2, "settle": 4, "busy_lag": 1}
+            "capture_file": None, "reset_cycles": 2, "settle": 4, "busy_lag": 1, "stall": 0,
+            "starve": 0, "fifos": []}
 
 
 def _f32(word: int) -> float:
@@ -235,15 +248,26 @@ class NBitsTB:
             assert not extra, f"job {j} '{job['label']}' feeds streams {sorted(extra)} the " \
                               f"engine does not have (its inputs: {self.inputs})"
         seed = params["seed"]
+        self.stall, starve = int(params["stall"]), int(params["starve"])
         self.ports = {name: StreamPort(dut, name) for name in self.inputs}
-        self.drivers = {name: StreamDriver(port, pauses=_pauses(params["idle"], params,
-                                                                 seed, k))
+        self.drivers = {name: StreamDriver(port, pauses=(
+            _pauses(params["idle"], params, seed, k) if not starve else
+            burst_pauses(starve, rng=random.Random(seed * 1000 + k), run=(starve, 4 * starve),
+                         probability=params["idle"])))
                         for k, (name, port) in enumerate(self.ports.items())}
         self.control = JobControl(self, jobs)
         self.y = StreamPort(dut, "y")
-        self.sink = GatedSink(self.y, pauses=_pauses(params["backpressure"], params, seed,
-                                                     len(self.inputs)),
+        n = len(self.inputs)
+        self.sink = GatedSink(self.y, pauses=(
+            _pauses(params["backpressure"], params, seed, n) if not self.stall else
+            burst_pauses(self.stall, rng=random.Random(seed * 1000 + n), run=(1, self.stall),
+                         probability=0.3)),
                               paused=lambda: self.control.resetting)
+        self.tail_stalled = True            # the running job's tail stall is placed
+        self.holding = False                # y held from the job's start until backed up
+        self.blocked = 0                    # cycles an input beat waited, none taken
+        self.taken_seen = 0
+        self.hold_cycles: list[int] = []    # per job, the cycles y was held from its start
         self.checker = InOrderChecker("y")
         self.in_mons = {name: StreamMonitor(port) for name, port in self.ports.items()}
         self.y_mon = StreamMonitor(self.y, self._on_y)
@@ -251,8 +275,14 @@ class NBitsTB:
         self.watchdog = Watchdog(
             params["watchdog"], (self.y_mon, self._y_pending),
             *((mon, lambda d=self.drivers[n]: d.pending) for n, mon in self.in_mons.items()))
-        self.loop = CycleLoop(dut.clk, self.control, *self.drivers.values(), self.sink,
-                              *self.in_mons.values(), self.y_mon, self.hold, self.watchdog)
+        self.fifo_fill = [path for path, _, fill in params["fifos"] if fill]
+        self.occupancy = OccupancyMonitor(
+            fifos={path: (_instance(dut, path), int(depth))
+                   for path, depth, _ in params["fifos"]},
+            reset=lambda: bool(int(dut.rst.value))) if params["fifos"] else None
+        self.loop = CycleLoop(dut.clk, self.control, *self.drivers.values(), self,
+                              self.sink, *self.in_mons.values(), self.y_mon, self.hold,
+                              self.watchdog, *((self.occupancy,) if self.occupancy else ()))
         self.current = -1               # index of the running job
         self.received: list[list[int]] = []
         self.start_cycles: list[int] = []
@@ -260,6 +290,26 @@ class NBitsTB:
         self.sent: list[dict[str, int]] = []
         self.taken: list[dict[str, int]] = []
         self.aborted: list[dict | None] = []
+
+    def drive(self, cycle: int) -> None:
+        """With ``stall``: hold ``y`` from the job's start until the engine is backed up to
+        its inputs (or they are all in); once the input beats are all taken, stall ``y``."""
+        if not self.stall or self.control.state != "running":
+            return
+        pending = any(d.pending for d in self.drivers.values())
+        if self.holding:
+            taken = sum(mon.count for mon in self.in_mons.values())
+            if taken != self.taken_seen:
+                self.taken_seen, self.blocked = taken, 0
+            elif any(d.offering for d in self.drivers.values()):
+                self.blocked += 1
+            if self.blocked >= self.stall or not pending:
+                self.holding = False
+                self.sink.stall(0)
+                self.hold_cycles.append(cycle - self.start_cycles[self.current])
+        if not self.holding and not self.tail_stalled and not pending:
+            self.tail_stalled = True
+            self.sink.stall(self.stall)
 
     def job_name(self, index: int | None = None) -> str:
         j = self.current if index is None else index
@@ -281,6 +331,10 @@ class NBitsTB:
         self.start_cycles.append(cycle)
         self.sent.append({n: mon.count for n, mon in self.in_mons.items()})
         self.aborted.append(None)
+        if self.stall:
+            self.sink.stall(1 << 62)            # until drive() sees the engine backed up
+            self.holding, self.tail_stalled, self.blocked = True, False, 0
+            self.taken_seen = sum(mon.count for mon in self.in_mons.values())
         beats = job["beats"]
         if job["y"] is not None:
             assert len(job["y"]) == beats, f"{self.job_name()}: {len(job['y'])} expected " \
@@ -305,6 +359,9 @@ class NBitsTB:
         for driver in self.drivers.values():
             driver.reset()
         self.checker.expected.clear()
+        if self.holding:                    # (the sink is gated during the reset)
+            self.holding = False
+            self.sink.stall(0)
 
     def _on_y(self, payload: int, cycle: int) -> None:
         j = self.current
@@ -353,6 +410,18 @@ class NBitsTB:
         self.checker.check_done()
 
 
+def _instance(dut, path: str):
+    """The instance at dotted ``path`` under ``dut`` (AssertionError naming it if absent)."""
+    handle = dut
+    for part in path.split("."):
+        try:
+            handle = getattr(handle, part)
+        except AttributeError:
+            raise AssertionError(f"FIFO {path!r}: no {part!r} in the hierarchy (fifos "
+                                 f"parameter)") from None
+    return handle
+
+
 def _pauses(probability: float, params: dict, seed: int, stream: int):
     if not probability:
         return no_pauses()
@@ -388,6 +457,8 @@ async def test_jobs(dut):
     for name, mon in tb.in_mons.items():
         taken = sum(t[name] for t in tb.taken)
         assert mon.count == taken, f"{mon.count} '{name}' beats taken, {taken} by the jobs"
+    if tb.occupancy is not None:
+        tb.occupancy.check_reached(tb.fifo_fill)
     if params["capture_file"]:
         tbconfig.write_atomic(params["capture_file"], json.dumps(
             {"beats": tb.received, "cycles": tb.cycles, "start_cycles": tb.start_cycles,
@@ -395,4 +466,6 @@ async def test_jobs(dut):
     tbconfig.record("test_jobs", jobs=len(jobs), beats=beats, cycles=tb.cycles,
                     total_cycles=tb.loop.cycle, seconds=round(seconds, 4),
                     checked=sum(j["y"] is not None for j in jobs), seed=params["seed"],
-                    resets=sum(a is not None for a in tb.aborted))
+                    resets=sum(a is not None for a in tb.aborted),
+                    occupancy=tb.occupancy.summary() if tb.occupancy else None,
+                    stall=tb.stall, starve=int(params["starve"]), hold_cycles=tb.hold_cycles)

@@ -1,7 +1,10 @@
 # amaranth: UnusedElaboratable=no
 """The Quantize and Dequantize units through cocotb (sim/tb_elementwise.py), every output beat
 checked against the golden model, with random idle cycles and back-pressure, a reset in the
-middle of a stream, the throughput and latency checks and the watchdog.
+middle of a stream, the throughput and latency checks and the watchdog. On Verilator each run
+also carries a job longer than the output FIFO (:func:`~qaccel.sim.matrix.fill_job`) and the
+unit's ``fifo_depth``, so ``test_credit_limit`` fills the FIFO with long stalls and checks the
+credit every cycle (on Icarus it is skipped: ~1k cycles/s).
 
 Default suite: every (input type, output type, granularity) of the default configuration on
 Verilator (plus DirectML's broadcast quantize), a per-granularity subset on Icarus, and small
@@ -20,7 +23,7 @@ from qaccel.rtl.elementwise.dequantize import Dequantize
 from qaccel.rtl.elementwise.quantize import Quantize
 from qaccel.sim.elementwise_sim import run_elementwise
 from qaccel.sim.jobs import lane_widths, quantize_job, unpack_output
-from qaccel.sim.matrix import dequantize_matrix, dml_matrix, quantize_matrix
+from qaccel.sim.matrix import dequantize_matrix, dml_matrix, fill_job, quantize_matrix
 from qaccel.sim.runner import missing_simulator
 from tests.model.quant_helpers import assert_bitexact
 from tests.sub_byte_cases import SUB_BYTE, special_case, top_bit_set
@@ -39,16 +42,42 @@ SMALL_DQ = dict(dq_inputs=("int8", "uint4", "int16", "float8e5m2", "float4e2m1")
                 dq_outputs=("float32", "bfloat16"))
 
 
-def check(result, jobs, simulator):
+def with_fill(unit, jobs, rng):
+    """``jobs`` and a job that fills ``unit``'s output FIFO, and the parameter naming its depth:
+    ``run_elementwise(unit, *with_fill(...))`` runs test_credit_limit too."""
+    return jobs + [fill_job(unit, rng)], {"fifo_depth": unit.fifo_depth}
+
+
+def run_filled(unit, jobs, rng, *, name, **kw):
+    """Run ``jobs`` plus a fill job on Verilator, test_credit_limit included; check it all."""
+    jobs, params = with_fill(unit, jobs, rng)
+    result = run_elementwise(unit, jobs, name=name, **params, **kw)
+    check(result, jobs, "verilator", filled=unit.fifo_depth)
+    return result
+
+
+def check(result, jobs, simulator, *, filled: int | None = None):
+    """Every cocotb test passed (test_credit_limit skipped unless ``filled``, the FIFO depth:
+    then the beats inside and the FIFO level reached it and never passed it)."""
     rec = result.records
-    assert result.passed == result.tests == 4, result
+    assert result.tests == 5 and result.skipped == (filled is None), result
+    assert result.passed == result.tests - result.skipped, result
     beats = sum(len(j.y) for j in jobs)
     assert rec["test_jobs"]["beats"] == beats
     assert rec["test_throughput"]["beats_per_cycle"] >= 0.99
+    fill = ""
+    if filled is not None:
+        credit = rec["test_credit_limit"]
+        assert credit["fifo_depth"] == filled and credit["stall"] > filled + credit["latency"]
+        for name, occ in credit["occupancy"].items():
+            assert occ["high"] == occ["limit"] == filled and occ["full_cycles"] > 0, (name, occ)
+        fill = (f"; credit limit {filled} reached ({credit['occupancy']}), stalls "
+                f"{credit['stall']}/{credit['starve']} cycles, FIFO ports peeked: "
+                f"{credit['fifo_peeked']}")
     print(f"\n{simulator}: {len(jobs)} jobs, {beats} beats checked at "
           f"{rec['test_jobs']['beats_per_second']:.0f} beats/s; "
           f"throughput {rec['test_throughput']['beats_per_cycle']} beats/cycle, "
-          f"latency {rec['test_throughput']['latency']} cycles")
+          f"latency {rec['test_throughput']['latency']} cycles{fill}")
 
 
 @needs("verilator")
@@ -56,7 +85,7 @@ def test_quantize_matrix_verilator():
     unit = Quantize(AccelConfig())
     rng = np.random.default_rng(11)
     jobs = quantize_matrix(unit, rng) + dml_matrix(unit, rng)
-    check(run_elementwise(unit, jobs, name="quantize"), jobs, "verilator")
+    run_filled(unit, jobs, rng, name="quantize")
 
 
 @needs("verilator")
@@ -64,7 +93,7 @@ def test_dequantize_matrix_verilator():
     unit = Dequantize(AccelConfig())
     rng = np.random.default_rng(12)
     jobs = dequantize_matrix(unit, rng)
-    check(run_elementwise(unit, jobs, name="dequantize"), jobs, "verilator")
+    run_filled(unit, jobs, rng, name="dequantize")
 
 
 @needs("verilator")
@@ -111,7 +140,7 @@ def test_quantize_lanes(lanes):
     unit = Quantize(AccelConfig(lanes=lanes, **SMALL_Q))
     rng = np.random.default_rng(20 + lanes)
     jobs = quantize_matrix(unit, rng, shape=(3, 5, 7)) + dml_matrix(unit, rng)
-    check(run_elementwise(unit, jobs, name=f"quantize_l{lanes}"), jobs, "verilator")
+    run_filled(unit, jobs, rng, name=f"quantize_l{lanes}")
 
 
 #: Prepared scales (the reciprocal divider), two lanes and two reciprocal units taking the
@@ -133,9 +162,10 @@ def test_quantize_prepared_scales(simulator):
     rng = np.random.default_rng(25)
     jobs = quantize_matrix(unit, rng, shape=(3, 5, 7)) + dml_matrix(unit, rng)
     if simulator == "icarus":
-        jobs = jobs[::9]
-    check(run_elementwise(unit, jobs, name="quantize_prepared", simulator=simulator,
-                          watchdog=3000), jobs, simulator)
+        check(run_elementwise(unit, jobs[::9], name="quantize_prepared", simulator=simulator,
+                              watchdog=3000), jobs[::9], simulator)
+    else:
+        run_filled(unit, jobs, rng, name="quantize_prepared", watchdog=3000)
 
 
 @pytest.mark.parametrize("simulator", [
@@ -151,8 +181,11 @@ def test_qdq_int8_preset(op, simulator):
         jobs = quantize_matrix(unit, rng, shape=(3, 5, 7)) + dml_matrix(unit, rng)
     else:
         jobs = dequantize_matrix(unit, rng, shape=(3, 5, 7))
-    check(run_elementwise(unit, jobs, name=f"{op}_qdq_int8", simulator=simulator,
-                          watchdog=3000), jobs, simulator)
+    if simulator == "icarus":
+        check(run_elementwise(unit, jobs, name=f"{op}_qdq_int8", simulator=simulator,
+                              watchdog=3000), jobs, simulator)
+    else:
+        run_filled(unit, jobs, rng, name=f"{op}_qdq_int8", watchdog=3000)
 
 
 @needs("verilator")
@@ -161,7 +194,7 @@ def test_dequantize_lanes(lanes):
     unit = Dequantize(AccelConfig(lanes=lanes, **SMALL_DQ))
     rng = np.random.default_rng(30 + lanes)
     jobs = dequantize_matrix(unit, rng, shape=(3, 5, 7))
-    check(run_elementwise(unit, jobs, name=f"dequantize_l{lanes}"), jobs, "verilator")
+    run_filled(unit, jobs, rng, name=f"dequantize_l{lanes}")
 
 
 @pytest.mark.slow

@@ -17,8 +17,10 @@ import time
 
 import numpy as np
 import pytest
+from amaranth.hdl import Value
 
 from qaccel.model.config import AccelConfig
+from qaccel.rtl.nbits import matmul_nbits_v2, nbits_cluster
 from qaccel.rtl.nbits.matmul_nbits_v2 import REGISTERS, MatMulNBitsV2
 from qaccel.sim.nbits_sim import NBITS_NAME, engine_ports, job_dict, run_nbits_cocotb
 from qaccel.sim.runner import SimulationFailed, missing_simulator
@@ -278,6 +280,148 @@ def _drop_run_dir(message: str) -> None:
     kept = re.search(r"run dir (\S+)\)", message)             # a failed run keeps its folder
     if kept and "capture" in kept[1]:
         shutil.rmtree(kept[1], ignore_errors=True)
+
+
+def engine_fifos(v2: MatMulNBitsV2) -> list[list]:
+    """``[path, depth, fill]`` of the engine's FIFOs: per cluster its credit-counted ``y``
+    FIFO, its MAC array's and its scale lanes' output FIFOs (credits: to be filled); with
+    several clusters the split FIFOs of ``w``, ``s``, ``b`` and the merge and output FIFOs of
+    ``y`` (credits by level margin: checked, their room threshold asserted by the test); the
+    row quantizer's ``q`` FIFO (checked, not filled: the engine takes ``q`` every cycle; its
+    credit is run out in tests/rtl/test_flow_control.py). Depths from the units; the clusters
+    and the private depth constants are read directly (no public accessor)."""
+    n = v2.config.clusters
+    fifos = []
+    for e, cl in enumerate(v2._clusters):
+        fifos += [[f"cluster{e}.y_fifo", nbits_cluster._Y_FIFO, True],
+                  [f"cluster{e}.mac.fifo", cl.mac.fifo_depth, True],
+                  *[[f"cluster{e}.lane{f}.fifo", cl.lane.fifo_depth, True]
+                    for f in range(v2.lanes // n)]]
+    if n > 1:
+        fifos += [[f"y_fifo{e}", matmul_nbits_v2._MERGE_FIFO, False] for e in range(n)]
+        fifos.append(["y_fifo", matmul_nbits_v2._OUT_FIFO, False])
+        for port in ("w", "s", "b"):
+            width = len(Value.cast(getattr(v2, port).payload)) // n
+            chunks = -(-width // matmul_nbits_v2._SPLIT_CHUNK)
+            fifos += [[f"{port}_fifo{e}_{c}", matmul_nbits_v2._SPLIT_FIFO, False]
+                      for e in range(n) for c in range(chunks)]
+    fifos.append(["rq.out", v2.row_quantizer.out_depth, False])
+    return fifos
+
+
+def room_threshold(path: str) -> int | None:
+    """The level a margin-credited FIFO of a several-cluster engine reaches when its consumer
+    stalls (its room register's threshold), None for the others."""
+    m = matmul_nbits_v2
+    if path.startswith(("w_fifo", "s_fifo", "b_fifo")):
+        return m._SPLIT_FIFO - m._SPLIT_MARGIN
+    if path.startswith("y_fifo"):
+        return (m._OUT_FIFO - 3) if path == "y_fifo" else m._MERGE_FIFO - m._MERGE_MARGIN
+    return None
+
+
+def long_stall(v2: MatMulNBitsV2, fifos) -> int:
+    """``y`` stall cycles that back the engine up to its first FIFO: every FIFO's depth plus
+    the latencies between them (row quantizer, MAC array, scale lane, cluster output), plus
+    a margin of 8."""
+    t = v2.timing
+    return sum(d for _, d, _ in fifos) + t["quantizer"] + t["mac"] + t["lane"] + t["out"] + 8
+
+
+def run_long_stalls(v2, jobs, *, stall, starve, fifos, seed, simulator="verilator",
+                    name=None):
+    """:func:`run_nbits_cocotb` with the testbench's long stalls (``stall``, ``starve``) and
+    occupancy checks (``fifos``); every ``y`` beat is checked in the testbench and again here.
+    Returns the testbench's records and the simulation's seconds."""
+    run = run_nbits_cocotb(v2, jobs, name=name, simulator=simulator, idle=0.1,
+                           backpressure=0.3, seed=seed, max_burst=4,
+                           watchdog=20000 + 4 * stall, stall=stall, starve=starve, fifos=fifos)
+    for job, y in zip(jobs, run.y, strict=True):
+        assert len(y) == len(job.y), job.meta["label"]
+        assert np.array_equal(y[job.real], job.y[job.real]), job.meta["label"]
+    return run.records["test_jobs"], run.sim_seconds
+
+
+#: Jobs long enough to back the engine up under a long ``y`` stall (many columns: more
+#: results than the FIFOs and banks hold), per configuration: make_job's arguments.
+FILL_CASES = {
+    "one_cluster": (CONFIG, [(4, 16, 128, 48, "packed", True, 3),
+                             (2, 16, 96, 40, "none", False, 4),
+                             (8, 16, 64, 24, "packed", True, 3)]),
+    "two_clusters": (CLUSTER_CONFIG, [(4, 16, 128, 64, "packed", True, 4, 4, False)]),
+}
+
+
+def fill_jobs(which: str):
+    config, cases = FILL_CASES[which]
+    return config, [make_job(config, *c[:7], seed=k, **(dict(level=c[7], gidx=c[8])
+                                                        if len(c) > 7 else {}))
+                    for k, c in enumerate(cases)]
+
+
+@needs("verilator")
+@pytest.mark.parametrize("which", list(FILL_CASES))
+def test_long_stalls_fill_every_fifo(which):
+    """Long stalls: ``y.ready`` low longer than the engine's FIFOs and latencies together (at
+    job boundaries: until the engine is backed up to its inputs), long ``valid``-low gaps on
+    every input stream: every word bit-exact, every cluster's credit-counted FIFOs filled to
+    their depth, the several-cluster engine's margin-credited FIFOs to their room threshold,
+    none past its depth (a write into a full FIFO fails the run the cycle it happens)."""
+    config, jobs = fill_jobs(which)
+    v2 = engine(config)
+    fifos = engine_fifos(v2)
+    stall = long_stall(v2, fifos)
+    starve = v2.timing["quantizer"] + 8
+    rec, seconds = run_long_stalls(v2, jobs, stall=stall, starve=starve, fifos=fifos, seed=3)
+    assert rec["stall"] == stall and rec["starve"] == starve
+    for path, depth, fill in fifos:
+        occ = rec["occupancy"][path]
+        assert occ["limit"] == depth and occ["high"] <= depth, (path, occ)
+        assert not fill or (occ["high"] == depth and occ["full_cycles"] > 0), (path, occ)
+        room = room_threshold(path)
+        assert room is None or occ["high"] >= room, (path, room, occ)
+    print(f"\nstall {stall}, starve {starve}: {rec['occupancy']}; y held from job start "
+          f"{rec['hold_cycles']} cycles; cycles {rec['cycles']}, {seconds:.1f} s")
+
+
+#: Mutants of the engine's credits: (module, class name, old, new) for tests.rtl.mutants.
+ENGINE_MUTANTS = {
+    "cluster_y_off_by_one": (nbits_cluster, "NBitsCluster", "(reserved < _Y_FIFO)",
+                             "(reserved <= _Y_FIFO)"),
+    "cluster_y_ignored": (nbits_cluster, "NBitsCluster", "(reserved < _Y_FIFO)", "1"),
+    "mac_off_by_one": (nbits_cluster, "PackedMacArray", "i.ready.eq(reserved < depth)",
+                       "i.ready.eq(reserved <= depth)"),
+    "admission_off_by_one": (nbits_cluster, "LaneAdmission", "room.eq(held_next < C)",
+                             "room.eq(held_next <= C)"),
+}
+
+
+@pytest.mark.slow
+@needs("verilator")
+@pytest.mark.parametrize("kind", list(ENGINE_MUTANTS))
+def test_long_stalls_kill_engine_mutants(kind):
+    """test_long_stalls_fill_every_fifo's run fails on each credit mutant of the engine (its
+    own Verilator build each: ``-m slow``), on the FIFO the credit guards being written while
+    full (or a word lost, caught by the scoreboard)."""
+    from unittest import mock
+
+    from tests.rtl.mutants import mutant
+
+    module, cls_name, old, new = ENGINE_MUTANTS[kind]
+    cls = mutant(getattr(module, cls_name), old, new, name=f"{cls_name}_{kind}")
+    target = matmul_nbits_v2 if cls_name == "NBitsCluster" else module
+    with mock.patch.object(target, cls_name, cls):
+        v2 = MatMulNBitsV2(CONFIG)
+        fifos = engine_fifos(v2)
+        jobs = fill_jobs("one_cluster")[1]
+        with pytest.raises(SimulationFailed) as info:
+            run_long_stalls(v2, jobs, stall=long_stall(v2, fifos),
+                            starve=v2.timing["quantizer"] + 8, fifos=fifos, seed=3,
+                            name=f"nbits_{kind}")
+    message = str(info.value)
+    _drop_run_dir(message)
+    assert "outside 0.." in message or "expected" in message, message
+    print(f"\n{kind}: {[ln for ln in message.splitlines() if 'test_jobs' in ln][:1]}")
 
 
 @pytest.mark.slow

@@ -10,9 +10,13 @@ configuration whose lanes are replaced by delay lines of the same latency
 the real lane's pipelined divider is too much for the solver (with it, the first proof below
 had reached step 44 of 48 after the 20-minute limit). Two proofs:
 
-* the lanes' real latency, to a depth where beats can reach ``y`` in the last 3 steps;
+* the lanes' real latency, to a depth where beats can reach ``y`` in the last 3 steps
+  (``-m synth``: 45 s);
 * lanes of latency 1 (an 8-beat FIFO), to a depth where the credit is exhausted with ``y``
   stalled, then a beat leaves while another enters: the corner the credit counter exists for.
+  In the default suite, for the Quantize and the Dequantize shell (3-4 s each); the credit
+  mutants it rejects (one beat too many, the credit ignored, a bypass on ``y.ready``) are in
+  ``tests/rtl/test_credit_mutants.py``.
 
 Then mutants the proof must reject, which shows the properties are not vacuous (the clock is
 driven, the assumptions leave room for traffic): a FIFO smaller than the credit (a lost beat),
@@ -38,6 +42,7 @@ from amaranth.lib import fifo
 from qaccel.model.config import AccelConfig
 from qaccel.rtl.arith.pipeline import delay
 from qaccel.rtl.elementwise import unit as elementwise
+from qaccel.rtl.elementwise.dequantize import Dequantize
 from qaccel.rtl.elementwise.quantize import Quantize
 from qaccel.sim.formal import (
     DelayLane,
@@ -67,8 +72,8 @@ def failed_statements(result) -> list[str]:
     return out
 
 
-def short_unit(unit_class=Quantize):
-    return with_delay_lanes(unit_class, SHORT)(CONFIG)
+def short_unit(unit_class=Quantize, config=CONFIG):
+    return with_delay_lanes(unit_class, SHORT)(config)
 
 
 def credit_depth(h: ElementwiseHarness) -> int:
@@ -150,15 +155,24 @@ def test_stream_protocol_real_latency(quantize):
     print(f"latency {unit.latency}: {r.summary()}", file=sys.stderr)
 
 
-@pytest.mark.synth
+#: The Dequantize shell's configuration for its credit proof.
+DQ_CONFIG = AccelConfig(lanes=1, dq_inputs=("int8",), scales=("float32",),
+                        dq_outputs=("float32",), table_depth=4, max_dims=1, size_width=4,
+                        count_width=8)
+
+
 @requires_formal
-def test_stream_protocol_credit_limit():
-    unit = short_unit()
+@pytest.mark.parametrize("unit_class", [Quantize, Dequantize], ids=lambda c: c.__name__)
+def test_stream_protocol_credit_limit(unit_class):
+    """Default suite (a few seconds each): the credit-limit proof of both units' shell; the
+    mutants it must reject are in tests/rtl/test_credit_mutants.py."""
+    unit = short_unit(unit_class, DQ_CONFIG if unit_class is Dequantize else CONFIG)
     h = ElementwiseHarness(unit, tagged=True)
-    r = run_bmc(h, h.ports(), depth=credit_depth(h), name="quantize-stream-credit",
-                timeout=TIMEOUT)
+    r = run_bmc(h, h.ports(), depth=credit_depth(h),
+                name=f"{unit_class.__name__.lower()}-stream-credit", timeout=TIMEOUT)
     assert r.passed, r.summary()
-    print(f"latency {unit.latency}, fifo {unit.fifo_depth}: {r.summary()}", file=sys.stderr)
+    print(f"{unit_class.__name__} latency {unit.latency}, fifo {unit.fifo_depth}: "
+          f"{r.summary()}", file=sys.stderr)
 
 
 @pytest.mark.synth
