@@ -28,6 +28,10 @@ OPTIONS = {
         "--quick": False,
         "--repeat": 9,
         "--seed": 0,
+        "--shards": None,
+        "--scheduler": None,
+        "--checked-beats": 8_000_000,
+        "--rounds": 3,
     },
     "sim": {
         "op": REQUIRED,
@@ -109,12 +113,13 @@ OPTIONS = {
         "-o/--output": REQUIRED,
         "--ops": ["matmul_nbits", "quantize", "dequantize"],  # (model.config.UNITS)
     },
+    "cache": {"cache_command": REQUIRED},
 }
 
 #: What each subcommand needs on its command line besides the option under test.
 MINIMAL = {"demo": [], "bench": ["golden"], "sim": ["matmul-nbits"], "perf": [], "synth": [],
            "bitstream": ["--board", "icebreaker"], "sweep": ["-o", "out"], "report": ["out"],
-           "verilog": ["-o", "out"]}
+           "verilog": ["-o", "out"], "cache": ["info"]}
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -174,7 +179,10 @@ BAD_VALUES = [
     (["--unit", "mac"], "argument --unit: invalid choice: 'mac'", ["synth", "sweep"]),
     (["--router", "router3"], "argument --router: invalid choice: 'router3'",
      ["synth", "sweep"]),
-    (["--freq", "fast"], "argument --freq: invalid float value: 'fast'", ["synth", "sweep"]),
+    (["--freq", "fast"], "argument --freq: expected a number > 0, not 'fast'",
+     ["synth", "sweep"]),
+    (["--freq", "-100"], "argument --freq: expected a number > 0, not '-100'",
+     ["synth", "sweep"]),
     (["--seed", "x"], "argument --seed: invalid int value: 'x'",
      ["bench", "sim", "synth", "sweep"]),
     (["--preset", "nope"], "argument --preset: ", ["sim", "perf", "synth", "sweep", "verilog"]),
@@ -188,12 +196,16 @@ BAD_VALUES = [
     (command, argv, message) for argv, message, commands in BAD_VALUES for command in commands],
     ids=lambda value: " ".join(value) if isinstance(value, list) else None)
 def test_bad_shared_option_is_an_argparse_error(command, argv, message, capsys):
-    """Exit status 2 and ``qaccel <command>: error: argument --X: ...``, before any work."""
+    """Exit status 2 and one line ``qaccel <command>: argument --X: ...`` (sim and bench:
+    ``qaccel sim matmul-nbits: ...``), before any work."""
     with pytest.raises(SystemExit) as exit_:
         cli.main([command, *MINIMAL[command], *argv])
     err = capsys.readouterr().err
     assert exit_.value.code == 2
-    assert f"qaccel {command}: error: {message}" in err
+    label = " ".join(["qaccel", command, *MINIMAL[command][:1]] if command in ("sim", "bench")
+                     else ["qaccel", command])
+    assert err.startswith(f"{label}: {message}") and err.count("\n") == 1, err
+    assert str(exit_.value) == err.rstrip("\n")
 
 
 def test_sweep_grid_takes_any_integers():

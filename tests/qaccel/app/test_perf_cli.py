@@ -248,7 +248,8 @@ def test_bad_config_file_is_one_line(command, text, why, tmp_path):
         path.write_text(text)
     with pytest.raises(SystemExit) as e:
         cli.main([*command, "--config", str(path)])
-    assert str(e.value).startswith(f"qaccel {command[0]}: --config {path}: {why}")
+    prefix = " ".join(command[:2]) if command[0] == "sim" else command[0]
+    assert str(e.value).startswith(f"qaccel {prefix}: --config {path}: {why}")
 
 
 @pytest.mark.parametrize("op", [["quantize"], ["matmul-nbits", "--K", "32", "--N", "4"]])
@@ -259,7 +260,7 @@ def test_sim_takes_the_preset(op, monkeypatch):
         raise ValueError(f"built pe {config.pe} x simd {config.simd}")
 
     monkeypatch.setattr(qaccel.engine, "RTL", fake_rtl)
-    with pytest.raises(SystemExit, match="qaccel sim: built pe 128 x simd 1"):
+    with pytest.raises(SystemExit, match=f"qaccel sim {op[0]}: built pe 128 x simd 1"):
         cli.main(["sim", *op, "--preset", "ecp5-85k"])
 
 

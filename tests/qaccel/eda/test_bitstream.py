@@ -213,7 +213,9 @@ def test_cli_prints_the_table(met, tmp_path, monkeypatch, capsys):
     assert calls == [("icebreaker", UartEcho, str(tmp_path), "echo", 3)]
     out, err = capsys.readouterr()
     assert out.startswith("echo on the iCEBreaker (iCE40UP5K-SG48), placer seed 3\n")
-    assert err == "icebreaker: building\n"
+    lines = err.splitlines()
+    assert lines[0] == "icebreaker: building" and len(lines) == (1 if met else 2)
+    assert met or lines[1].startswith("qaccel bitstream: timing missed on icebreaker: ")
 
 
 def test_cli_default_output_and_tool_failure(monkeypatch, capsys):
