@@ -1,18 +1,29 @@
 """Plots of a sweep's rows (:func:`qaccel.explore.sweep.run_sweep`, ``qaccel sweep``) as matplotlib
 figures, and ``qaccel report``'s PNG files.
 
-* :func:`throughput_figure`: the v2 MatMulNBits engine's MAC/cycle against weight bits, one
-  line per block size, one panel per engine (pe x simd, m_tile, DSP pairs) under its peak
-  (dotted: ``pe * simd`` at 2..4 bits, half at 5..8); the marker names the bound.
-* :func:`roofline_figure`: MAC/cycle against MACs per byte of the ``w`` stream, one panel per
-  engine, under the engine's roofs: compute (``pe * simd``; dashed, half that at 5..8 bits,
-  whose codes take two nibble MACs each) and the weight stream (``bus bytes per cycle x MACs
-  per byte``; a row tile of ``R`` rows uses each weight step ``R`` times). Points below the
-  roofs are held by the float lanes, the accumulators' recurrence or the call's fill and
-  drain.
+Both MatMulNBits figures draw rates with the sweep's external memory (``memory_gbps`` GB/s
+feeding every stream of the call: ``a``, the weight codes, scales and zero points, bias,
+``y``) at a clock (:func:`clock_of`: the row's measured Fmax, else its target's clock
+constraint, 100 MHz on ECP5): a call takes the longer of its cycles and its memory time
+(:func:`delivered`), so a point is bound by the engine (compute, the float lanes, the
+accumulators) or by the memory.
+
+* :func:`throughput_figure`: GMAC/s against weight bits, a panel per engine (pe x simd,
+  m_tile, DSP pairs), a line per block size (its own colour and line style, the block sizes
+  set slightly apart on the bits axis so that lines that coincide stay visible) under the
+  engine's peak (dotted: ``pe * simd`` MACs a cycle at 2..4 bits, half at 5..8, whose codes
+  take two nibble MACs each); the marker names the bound.
+* :func:`roofline_figure`: GMAC/s against MACs per byte from memory (:func:`intensity`), a
+  panel per engine, on log axes labelled per decade (the same decades in every panel), under
+  the roofs ``min(memory_gbps * MAC/B, peak)`` (dashed: the 5..8-bit peak) with the ridge
+  marked; a point's colour is its width's class (2 bits, 3..4, 5..8: the codes' room on the
+  ``w`` stream, so widths of a class share a point), its marker its block size (later block
+  sizes smaller, so coinciding points show as rings). Row tiles (``m_tile``) of a call with
+  ``M > 1`` multiply the MACs per byte of weights.
 * :func:`area_figure`: throughput at the measured Fmax (GMAC/s or G elements/s) against
-  LUT4s (a line per weight width through the engines) and against DSP blocks (points), from
-  the synthesised rows (``qaccel sweep --synth``).
+  LUT4s (a line per weight width through the engines, each its own marker and line style, so
+  that widths of the same rate stay visible) and against DSP blocks (points), from the
+  synthesised rows (``qaccel sweep --synth``).
 
 Figures are :class:`matplotlib.figure.Figure` objects made without pyplot (no global state,
 no display needed); a notebook shows one with ``display(fig)``.
@@ -29,13 +40,22 @@ from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import NullFormatter, ScalarFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-__all__ = ["BOUND_MARKERS", "area_figure", "load_rows", "roofline_figure",
-           "throughput_figure", "write_report"]
+from qaccel.eda.synth import TARGETS
 
-#: Marker of each bound of :data:`qaccel.explore.perf.V2_BOUNDS` in the throughput plots.
-BOUND_MARKERS = {"compute": "o", "lanes": "s", "accumulator": "v"}
+__all__ = ["BOUND_MARKERS", "area_figure", "clock_of", "delivered", "intensity", "load_rows",
+           "roofline_figure", "throughput_figure", "write_report"]
+
+#: Marker of each bound in the throughput plots: the engine's
+#: (:data:`qaccel.explore.perf.V2_BOUNDS`) and the external memory's.
+BOUND_MARKERS = {"compute": "o", "lanes": "s", "accumulator": "v", "memory": "D"}
+#: Line styles and roofline markers of the block sizes, in order (colours: matplotlib's cycle).
+_LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))
+_BLOCK_MARKERS = ("o", "s", "^", "D", "v", "P")
+#: Colours of the weight widths' classes on the roofline, 2 / 3..4 / 5..8 bits (ColorBrewer
+#: Dark2).
+_WIDTH_COLOURS = ("#1b9e77", "#d95f02", "#7570b3")
 _PANEL_SIZE = (4.2, 3.2)
 
 
@@ -105,7 +125,7 @@ def _by_block(group) -> dict[int, list[dict[str, Any]]]:
 
 
 def _panels(n: int, title: str) -> tuple[Figure, list]:
-    cols = min(n, 3)
+    cols = 2 if n == 4 else min(n, 3)
     rows = math.ceil(n / cols)
     fig = Figure(figsize=(_PANEL_SIZE[0] * cols, _PANEL_SIZE[1] * rows + 0.6),
                  layout="constrained")
@@ -121,91 +141,205 @@ def _require(rows, what: str) -> None:
         raise ValueError(f"rows hold no {what} (status ok); got {len(rows)} usable rows")
 
 
-def throughput_figure(rows) -> Figure:
-    """MAC/cycle against bits per block size, a panel per engine (see the module docstring)."""
+def _check_clock(clock_mhz) -> float | None:
+    if clock_mhz is None:
+        return None
+    if isinstance(clock_mhz, bool) or not isinstance(clock_mhz, (int, float)) \
+            or not clock_mhz > 0:
+        raise ValueError(f"clock_mhz must be a positive number of MHz or None (each row's "
+                         f"Fmax, else its target's clock), not {clock_mhz!r}")
+    return float(clock_mhz)
+
+
+def clock_of(row, clock_mhz: float | None = None) -> float:
+    """The clock (MHz) a row's rates are drawn at: ``clock_mhz`` if given, else the row's
+    measured Fmax (a synthesised row), else its target's clock constraint (100 MHz on ECP5)."""
+    clock = _check_clock(clock_mhz)
+    if clock is not None:
+        return clock
+    if row.get("fmax_mhz"):
+        return float(row["fmax_mhz"])
+    return TARGETS[row["target"]].freq_mhz
+
+
+def delivered(row, clock_mhz: float) -> tuple[float, str]:
+    """``(GMAC/s, bound)`` of a matmul_nbits row at ``clock_mhz`` with the row's
+    ``memory_gbps`` GB/s of external memory feeding every stream (its ``bytes``): the call
+    takes the longer of its cycles and its memory time; ``bound`` is ``"memory"`` when the
+    memory is slower, else the engine's own bound."""
+    chip = row["cycles"] / (clock_mhz * 1e6)
+    memory = row["bytes"] / (row["memory_gbps"] * 1e9)
+    macs = row["M"] * row["K"] * row["N"]
+    return macs / max(chip, memory) / 1e9, "memory" if memory > chip else row["bound"]
+
+
+def intensity(row) -> float:
+    """MACs per byte crossing the engine's interface (every stream: a, w, s, b, y)."""
+    return row["M"] * row["K"] * row["N"] / row["bytes"]
+
+
+def _block_styles(rows) -> dict[int, dict[str, Any]]:
+    """Colour, line style and marker of each block size of ``rows`` (the same in every
+    panel and figure)."""
+    sizes = sorted({r["block_size"] for r in rows})
+    return {bs: {"color": f"C{i % 10}", "linestyle": _LINESTYLES[i % len(_LINESTYLES)],
+                 "marker": _BLOCK_MARKERS[i % len(_BLOCK_MARKERS)]}
+            for i, bs in enumerate(sizes)}
+
+
+def _call_text(row) -> str:
+    return f"M {row['M']} x K {row['K']} by N {row['N']}"
+
+
+def throughput_figure(rows, *, clock_mhz: float | None = None) -> Figure:
+    """GMAC/s against weight bits per block size, a panel per engine, with the sweep's
+    external memory (see the module docstring); ``clock_mhz`` as :func:`clock_of`."""
     rows = _nbits_rows(rows)
     _require(rows, "matmul_nbits rows")
+    _check_clock(clock_mhz)
     engines = _by_engine(rows)
+    styles = _block_styles(rows)
     first = rows[0]
-    fig, axes = _panels(len(engines), f"MatMulNBits v2: a call of M {first['M']} x K "
-                                      f"{first['K']} by N {first['N']} (int8 path)")
+    fig, axes = _panels(len(engines), f"MatMulNBits v2, int8 path: a call of {_call_text(first)}"
+                                      f", fed by {first['memory_gbps']:g} GB/s of memory")
+    sizes = list(styles)
     for ax, (label, group) in zip(axes, engines.items(), strict=True):
-        by_block = _by_block(group)
-        for i, (bs, line) in enumerate(by_block.items()):
-            dodge = (i - (len(by_block) - 1) / 2) * 0.06   # coinciding lines stay visible
+        clock = clock_of(group[0], clock_mhz)
+        for bs, line in _by_block(group).items():
+            # block sizes side by side: lines that coincide stay visible
+            dodge = (sizes.index(bs) - (len(sizes) - 1) / 2) * 0.1
             xs = [r["bits"] + dodge for r in line]
-            (drawn,) = ax.plot(xs, [r["per_cycle"] for r in line], label=f"block {bs}",
-                               gid=f"block {bs}")
-            for x, r in zip(xs, line, strict=True):
-                ax.plot(x, r["per_cycle"], BOUND_MARKERS[r["bound"]], color=drawn.get_color(),
-                        markersize=5)
-        peaks = sorted({(r["bits"], r["peak_per_cycle"]) for r in group})
-        ax.plot(*zip(*peaks, strict=True), color="grey", linestyle=":", linewidth=1,
+            rates = [delivered(r, clock) for r in line]
+            style = styles[bs]
+            ax.plot(xs, [g for g, _ in rates], color=style["color"],
+                    linestyle=style["linestyle"], linewidth=1.4, label=f"block {bs}",
+                    gid=f"block {bs}")
+            for x, (g, bound) in zip(xs, rates, strict=True):
+                ax.plot(x, g, BOUND_MARKERS[bound], color=style["color"], markersize=5,
+                        markeredgecolor="black", markeredgewidth=0.5)
+        peaks = sorted({(r["bits"], r["peak_per_cycle"] * clock / 1e3) for r in group})
+        ax.plot(*zip(*peaks, strict=True), color="grey", linestyle=":", linewidth=1.2,
                 drawstyle="steps-mid", gid="peak")
-        ax.set(xlabel="weight bits", ylabel="MAC / cycle", ylim=(0, None))
+        ax.set(xlabel="weight bits", ylabel=f"GMAC/s at {clock:g} MHz",
+               ylim=(0, max(p for _, p in peaks) * 1.12))
         ax.set_title(label, fontsize="medium")
         ax.set_xticks(sorted({r["bits"] for r in group}))
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize="small")
-    _bound_key(fig, rows)
+    lines = [(Line2D([], [], color=s["color"], linestyle=s["linestyle"]), f"block {bs}")
+             for bs, s in styles.items()]
+    lines.append((Line2D([], [], color="grey", linestyle=":"),
+                  "peak: pe x simd MAC/cycle (half at 5..8 bits)"))
+    bounds = [(Line2D([], [], marker=marker, linestyle="none", color="white",
+                      markeredgecolor="black"), f"bound: {b}")
+              for b, marker in BOUND_MARKERS.items()
+              if any(delivered(r, clock_of(r, clock_mhz))[1] == b for r in rows)]
+    _grouped_legend(fig, [lines, bounds])
     return fig
 
 
-def _bound_key(fig: Figure, rows) -> None:
-    bounds = [b for b in BOUND_MARKERS if any(r["bound"] == b for r in rows)]
-    handles = [Line2D([], [], marker=BOUND_MARKERS[b], linestyle="none", color="black")
-               for b in bounds]
-    fig.legend(handles, [f"bound: {b}" for b in bounds], loc="outside lower center",
-               ncols=len(bounds), fontsize="small", frameon=False)
+def _decades(lo: float, hi: float, at_least: int = 2) -> tuple[float, float]:
+    """Whole decades around ``lo .. hi``, at least ``at_least`` of them."""
+    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    while b - a < at_least:
+        if (b - a) % 2:
+            a -= 1
+        else:
+            b += 1
+    return 10.0 ** a, 10.0 ** b
 
 
-def roofline_figure(rows) -> Figure:
-    """The roofline of each engine with its sweep points (see the module docstring)."""
+def _log_axis(axis) -> None:
+    """Decades labelled as plain numbers (0.1, 1, 10), unlabelled minor ticks between."""
+    axis.set_major_locator(LogLocator(base=10))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_locator(LogLocator(base=10, subs=tuple(range(2, 10))))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def roofline_figure(rows, *, clock_mhz: float | None = None) -> Figure:
+    """The roofline of each engine with its sweep points (see the module docstring);
+    ``clock_mhz`` as :func:`clock_of`."""
     rows = _nbits_rows(rows)
     _require(rows, "matmul_nbits rows")
+    _check_clock(clock_mhz)
     engines = _by_engine(rows)
-    fig, axes = _panels(len(engines), "Roofline: compute against the weight stream")
+    styles = _block_styles(rows)
+    first = rows[0]
+    gbps = first["memory_gbps"]
+    fig, axes = _panels(len(engines), f"Roofline: {gbps:g} GB/s of memory against each "
+                                      f"engine's MACs, a call of {_call_text(first)}")
+    # every panel on the same decades, so that the engines compare at a glance
+    xs = [intensity(r) for r in rows]
+    ys = [delivered(r, clock_of(r, clock_mhz))[0] for r in rows]
+    peaks = [r["peak_per_cycle"] * clock_of(r, clock_mhz) / 1e3 for r in rows]
+    ridges = [p / gbps for p in peaks]
+    xlo, xhi = _decades(min(xs + ridges) / 1.5, max(xs + ridges) * 3)
+    ylo, yhi = _decades(min(ys) / 1.5, max(peaks) * 2)
+    widths = _width_classes(rows)
     for ax, (label, group) in zip(axes, engines.items(), strict=True):
-        peak = max(r["peak_per_cycle"] for r in group)
-        bus = group[0]["bus_bytes_per_cycle"]
-        xs = [r["macs_per_bus_byte"] for r in group]
-        lo, hi = min(xs + [peak / bus]) / 1.5, max(xs + [peak / bus]) * 1.5
-        ridge = peak / bus
-        ax.plot([lo, ridge, hi], [bus * lo, peak, peak], color="black", linewidth=1.5,
-                gid="roof")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
-        ax.annotate(f"ridge {ridge:.3g} MAC/B", (ridge, peak), textcoords="offset points",
-                    xytext=(4, -12), fontsize="small")
-        widths = defaultdict(list)
-        for r in group:
-            widths[r["peak_per_cycle"]].append(r["bits"])
-        for low in sorted(p for p in widths if p < peak):   # the 5..8-bit peak
-            ax.plot([low / bus, hi], [low, low], color="black", linestyle="--", linewidth=1,
-                    gid=f"peak {low:g}")
-            ax.annotate(f"{min(widths[low])}..{max(widths[low])} bits", (hi, low),
-                        textcoords="offset points", xytext=(-4, 3), fontsize="x-small",
-                        ha="right")
+        clock = clock_of(group[0], clock_mhz)
+        roofs = sorted({r["peak_per_cycle"] for r in group}, reverse=True)
+        x0 = max(xlo, ylo / gbps)
+        for i, per_cycle in enumerate(roofs):       # 2..4 bits, then 5..8 bits (dashed)
+            peak = per_cycle * clock / 1e3
+            ridge = peak / gbps
+            ax.plot([x0, ridge, xhi], [gbps * x0, peak, peak], color="black",
+                    linestyle="-" if i == 0 else "--", linewidth=1.5 if i == 0 else 1,
+                    gid=f"roof {per_cycle}")
+            if i == 0:
+                ax.plot([ridge, ridge], [ylo, peak], color="grey", linestyle=":",
+                        linewidth=1, gid="ridge")
+                ax.annotate(f"ridge {ridge:.2g} MAC/B", (ridge, ylo), textcoords="offset points",
+                            xytext=(3, 4), ha="left", va="bottom", fontsize="x-small")
         by_block = _by_block(group)
-        for i, (bs, pts) in enumerate(by_block.items()):
-            # shrinking markers: points of block sizes that coincide show as rings
-            ax.plot([r["macs_per_bus_byte"] for r in pts], [r["per_cycle"] for r in pts],
-                    "o", markersize=3 + 2.5 * (len(by_block) - 1 - i), label=f"block {bs}",
-                    gid=f"block {bs}")
-        where = defaultdict(list)           # widths on the same spot share one label
-        for r in by_block[max(by_block)]:
-            where[(r["macs_per_bus_byte"], r["per_cycle"])].append(str(r["bits"]))
-        for xy, widths in where.items():
-            ax.annotate(f"{','.join(widths)}b", xy, textcoords="offset points",
-                        xytext=(0, 5), fontsize="x-small", ha="center")
-        ax.set(xlabel="MACs per byte of weight codes", ylabel="MAC / cycle")
-        ax.set_title(label, fontsize="medium")
+        for i, (bs, pts) in enumerate(sorted(by_block.items())):
+            # later block sizes drawn smaller on top: points that coincide show as rings
+            ax.scatter([intensity(r) for r in pts], [delivered(r, clock)[0] for r in pts],
+                       c=[widths[r["bits"]][1] for r in pts], marker=styles[bs]["marker"],
+                       s=max(3, 7.5 - 1.5 * i) ** 2, edgecolors="black", linewidths=0.6,
+                       zorder=3, label=f"block {bs}", gid=f"block {bs}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set(xlim=(xlo, xhi), ylim=(ylo, yhi), xlabel="MAC per byte from memory",
+               ylabel=f"GMAC/s at {clock:g} MHz")
         for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_formatter(ScalarFormatter())
-            axis.set_minor_formatter(NullFormatter())
-        ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize="small")
+            _log_axis(axis)
+        peak_text = " / ".join(f"{p}" for p in roofs)
+        ax.set_title(f"{label}\npeak {peak_text} MAC/cycle = "
+                     f"{' / '.join(f'{p * clock / 1e3:.3g}' for p in roofs)} GMAC/s",
+                     fontsize="medium")
+        ax.grid(alpha=0.35, which="major")
+        ax.grid(alpha=0.12, which="minor")
+    roofs = [(Line2D([], [], color="black"), f"roof: min({gbps:g} GB/s x MAC/B, peak)"),
+             (Line2D([], [], color="black", linestyle="--"), "roof at 5..8 bits (half the peak)"),
+             (Line2D([], [], color="grey", linestyle=":"), "ridge: where the roofs meet")]
+    colours = [(Line2D([], [], marker="o", linestyle="none", color=colour,
+                       markeredgecolor="black"), name)
+               for name, colour in dict(widths.values()).items()]
+    blocks = [(Line2D([], [], marker=s["marker"], linestyle="none", color="white",
+                      markeredgecolor="black"), f"block {bs}") for bs, s in styles.items()]
+    _grouped_legend(fig, [roofs, colours, blocks])
     return fig
+
+
+def _grouped_legend(fig: Figure, groups) -> None:
+    """A legend below the panels with a column per group of ``(handle, label)`` pairs."""
+    depth = max(len(g) for g in groups)
+    blank = (Line2D([], [], linestyle="none"), "")
+    entries = [e for g in groups for e in g + [blank] * (depth - len(g))]
+    fig.legend(*zip(*entries, strict=True), loc="outside lower center", ncols=len(groups),
+               fontsize="small", frameon=False)
+
+
+def _width_classes(rows) -> dict[int, tuple[str, str]]:
+    """``{bits: (name, colour)}`` for the widths of ``rows``: widths whose codes take the same
+    room on the ``w`` stream share a class and a colour (two 2-bit codes a nibble, a nibble
+    per 3..4-bit code, two per 5..8-bit code; :func:`qaccel.eda.hwreport.weight_bus_bits`), as
+    they share the roofline's points."""
+    classes = {2: ("2 bits", _WIDTH_COLOURS[0])}
+    classes.update({b: ("3..4 bits", _WIDTH_COLOURS[1]) for b in (3, 4)})
+    classes.update({b: ("5..8 bits", _WIDTH_COLOURS[2]) for b in range(5, 9)})
+    return {r["bits"]: classes[r["bits"]] for r in sorted(rows, key=lambda r: r["bits"])}
 
 
 def area_figure(rows, *, block_size: int | None = None) -> Figure:
@@ -237,10 +371,16 @@ def area_figure(rows, *, block_size: int | None = None) -> Figure:
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax_lut, ax_dsp = fig.subplots(1, 2)
     unit = "GMAC/s" if nbits else "G elements/s"
-    for (target, name), pts in sorted(series.items()):
-        for ax, field, style in ((ax_lut, "lut", "o-"), (ax_dsp, "dsp", "o")):
+    for i, ((target, name), pts) in enumerate(sorted(series.items())):
+        # each series its own marker and line style, later ones smaller: widths whose rates
+        # coincide (2..4 bits) stay visible
+        marker, size = _BLOCK_MARKERS[i % len(_BLOCK_MARKERS)], max(3.0, 7.0 - 1.5 * i)
+        for ax, field, line in ((ax_lut, "lut", _LINESTYLES[i % len(_LINESTYLES)]),
+                                (ax_dsp, "dsp", "none")):
             pts = sorted(pts, key=lambda r, field=field: (r[field], r["per_second"]))
-            ax.plot([r[field] for r in pts], [r["per_second"] / 1e9 for r in pts], style,
+            ax.plot([r[field] for r in pts], [r["per_second"] / 1e9 for r in pts],
+                    color=f"C{i % 10}", marker=marker, markersize=size, linestyle=line,
+                    markeredgecolor="black", markeredgewidth=0.5,
                     label=f"{name} ({target})", gid=f"{target} {name}")
     labelled = set()
     for r in done:
@@ -259,6 +399,7 @@ def area_figure(rows, *, block_size: int | None = None) -> Figure:
     lo, hi = ax_lut.get_xlim()
     ax_lut.set_xlim(lo, hi + 0.4 * (hi - lo))
     ax_lut.set(xlabel="LUT4", ylabel=unit)
+    ax_lut.xaxis.set_major_formatter(FuncFormatter(_thousands))
     ax_dsp.set(xlabel="DSP blocks (MULT18X18D / SB_MAC16)", ylabel=unit)
     for ax in (ax_lut, ax_dsp):
         ax.set_ylim(0, ax.get_ylim()[1] * 1.15)         # room for the labels
@@ -269,6 +410,11 @@ def area_figure(rows, *, block_size: int | None = None) -> Figure:
             else "elementwise units")
     fig.suptitle(f"Throughput at the measured Fmax against area: {what}")
     return fig
+
+
+def _thousands(value: float, _pos=None) -> str:
+    """A tick label in thousands (``12k``) when the value is that large."""
+    return f"{value / 1e3:g}k" if abs(value) >= 1e3 else f"{value:g}"
 
 
 def write_report(rows, folder: str | os.PathLike) -> dict[str, Path | str]:

@@ -1,6 +1,7 @@
 """qaccel.explore.plots and ``qaccel report``: the figures draw the sweep's rows of the v2 engine
-(not something else), every point lies under its engine's roofline, and the PNG files are
-written."""
+(not something else) with the sweep's memory at the target's clock, every point lies under its
+engine's roofline, and the PNG files are written. (tests/test_readme.py checks that the
+README's sweep example reads well.)"""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def rows(tmp_path_factory):
 
 
 def _panel(fig, title):
-    (ax,) = [ax for ax in fig.axes if ax.get_title() == title]
+    (ax,) = [ax for ax in fig.axes if ax.get_title().startswith(title)]
     return ax
 
 
@@ -49,19 +50,30 @@ def test_throughput_figure_draws_the_rows(rows):
             want = [r for r in rows if (r["pe"], r["simd"], r["block_size"]) ==
                     (row_pe, row_simd, bs)]
             line = _line(ax, f"block {bs}")
-            assert list(line.get_ydata()) == [r["per_cycle"] for r in want]
+            # GMAC/s at the ECP5's 100 MHz, or the memory's rate when it is slower
+            assert list(line.get_ydata()) == [plots.delivered(r, 100.0)[0] for r in want]
             assert [round(x) for x in line.get_xdata()] == list(range(2, 9))
+            assert ax.get_ylabel() == "GMAC/s at 100 MHz"
     # the peak of each width (pe * simd, half at 5..8 bits), and the bounds drawn as markers
     peak = _line(_panel(fig, TITLES[-1]), "peak")
     assert list(peak.get_xdata()) == list(range(2, 9))
-    assert list(peak.get_ydata()) == [32] * 3 + [16] * 4
+    assert list(peak.get_ydata()) == pytest.approx([3.2] * 3 + [1.6] * 4)
     assert {r["bound"] for r in rows} == {"compute", "accumulator"}
-    assert set(plots.BOUND_MARKERS) == set(V2_BOUNDS)
+    assert set(plots.BOUND_MARKERS) == {*V2_BOUNDS, "memory"}
+    # 1.6 GB/s feed pe 16 x simd 2 (3.2 GMAC/s) too slowly: int4 in blocks of 16 takes at
+    # least 0.5 + 5 / 16 bytes a MAC (weights, scales and zero points; a and y besides)
+    r = next(r for r in rows if (r["pe"], r["simd"], r["bits"], r["block_size"]) ==
+             (16, 2, 4, 16))
+    assert r["bytes"] > 1000 * 256 * (0.5 + 5 / 16)
+    assert plots.delivered(r, 100.0) == (pytest.approx(1.6 * 1000 * 256 / r["bytes"]),
+                                         "memory")
+    assert plots.delivered(r, 1.0) == (pytest.approx(r["per_cycle"] / 1e3), r["bound"])
 
 
 def test_every_point_lies_under_its_roofline(rows):
     fig = plots.roofline_figure(rows)
     for r in rows:
+        # the engine's own: its weight stream's bytes per cycle never hold the MACs back
         roof = min(r["peak_per_cycle"], r["bus_bytes_per_cycle"] * r["macs_per_bus_byte"])
         assert r["per_cycle"] <= roof * (1 + 1e-12)
         # MACs per byte of w: a nibble per MAC, two 2-bit codes, two nibbles per 5..8-bit
@@ -74,17 +86,21 @@ def test_every_point_lies_under_its_roofline(rows):
         assert r["peak_per_cycle"] == r["pe"] * r["simd"] // (2 if r["bits"] > 4 else 1)
         if r["bound"] == "compute":          # the call's fill and drain only: near the roof
             assert r["per_cycle"] > 0.8 * roof
-    ax = _panel(fig, TITLES[2])              # pe 16 x simd 1
-    x, y = _line(ax, "roof").get_data()
-    assert (x[1], y[1], y[2]) == (2.0, 16, 16)               # ridge: 16 MAC over 8 bytes
-    assert list(_line(ax, "peak 8").get_ydata()) == [8, 8]   # 5..8 bits
+        # the figure's: 1.6 GB/s of memory and the peak at 100 MHz
+        gmacs, _ = plots.delivered(r, 100.0)
+        assert gmacs <= min(1.6 * plots.intensity(r), r["peak_per_cycle"] / 10) * (1 + 1e-12)
+    ax = _panel(fig, TITLES[2])              # pe 16 x simd 1: 1.6 GMAC/s over 1.6 GB/s
+    x, y = _line(ax, "roof 16").get_data()
+    assert (x[1], y[1], y[2]) == pytest.approx((1.0, 1.6, 1.6))      # the ridge
+    assert y[0] == pytest.approx(1.6 * x[0])                          # the memory roof
+    assert list(_line(ax, "roof 8").get_ydata())[1:] == pytest.approx([0.8, 0.8])  # 5..8 bits
     r = next(r for r in rows if (r["pe"], r["simd"], r["bits"], r["block_size"]) ==
              (16, 1, 4, 16))
     assert r["macs_per_bus_byte"] == pytest.approx(2 * 1000 / 1008)
-    points = _line(ax, "block 16")
-    assert r["per_cycle"] in list(points.get_ydata())
-    labels = sorted(t.get_text() for t in ax.texts)
-    assert labels == ["2b", "3,4b", "5,6,7,8b", "5..8 bits", "ridge 2 MAC/B"]
+    (points,) = [c for c in ax.collections if c.get_gid() == "block 16"]
+    assert [plots.intensity(r), plots.delivered(r, 100.0)[0]] in points.get_offsets().tolist()
+    assert [t.get_text() for t in ax.texts] == ["ridge 1 MAC/B"]
+    assert ax.get_xscale() == ax.get_yscale() == "log"
 
 
 def test_area_figure_draws_the_synthesised_rows(tmp_path, monkeypatch):
