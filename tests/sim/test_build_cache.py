@@ -529,7 +529,12 @@ def test_cache_errors(tmp_path, monkeypatch, capsys):
     assert cache("info") == 0
     assert "does not exist yet: nothing is cached" in capsys.readouterr().out
     assert cache("clear") == 0
-    assert cache("clear", "--older-than", "-1") == 2
+    with pytest.raises(SystemExit) as exit_:                # refused by its argument type
+        cache("clear", "--older-than", "-1")
+    assert exit_.value.code == 2
+    assert "argument --older-than: expected a number of days >= 0, not '-1'" in (
+        capsys.readouterr().err)
+    assert cache_cmd.run(argparse.Namespace(cache_command="clear", older_than=-1.0)) == 2
     assert capsys.readouterr().err == ("qaccel cache: --older-than must be a number of days "
                                        ">= 0, not -1.0\n")
     assert cache_cmd.run(argparse.Namespace(cache_command="gc")) == 2
