@@ -397,6 +397,22 @@ def _ints(words: np.ndarray) -> list[int]:
     return [int.from_bytes(row.tobytes(), "little") for row in words]
 
 
+def _job_segments(unit: Elementwise, jobs: Sequence[Job], *, check: bool = False) -> list:
+    """``jobs`` as the stream loop's segments (see :func:`_job_segment`), each checked there
+    with ``check``; TypeError / ValueError for what is not a non-empty sequence of Job."""
+    if isinstance(jobs, Job) or not isinstance(jobs, Sequence):
+        raise TypeError(f"jobs must be a sequence of Job, not {jobs!r}")
+    if not jobs:
+        raise ValueError("jobs must hold at least one Job")
+    fields = table_fields(unit)
+    segments = []
+    for k, job in enumerate(jobs):
+        if not isinstance(job, Job):
+            raise TypeError(f"jobs[{k}] must be a Job, not {job!r}")
+        segments.append(_job_segment(job, fields, check=check))
+    return segments
+
+
 def run_elementwise_fast(unit: Elementwise, jobs: Sequence[Job], *, idle: float = 0.0,
                          backpressure: float = 0.0, seed: int = 1, name: str | None = None,
                          watchdog: int = WATCHDOG,
@@ -419,19 +435,9 @@ def run_elementwise_fast(unit: Elementwise, jobs: Sequence[Job], *, idle: float 
     stream rules), and :exc:`ValueError` / :exc:`TypeError` for bad arguments.
     """
     sim = elementwise_sim(unit, name=name)
-    if isinstance(jobs, Job) or not isinstance(jobs, Sequence):
-        raise TypeError(f"jobs must be a sequence of Job, not {jobs!r}")
-    if not jobs:
-        raise ValueError("jobs must hold at least one Job")
-    fields = table_fields(unit)
-    segments = []
-    for k, job in enumerate(jobs):
-        if not isinstance(job, Job):
-            raise TypeError(f"jobs[{k}] must be a Job, not {job!r}")
-        segments.append(_job_segment(job, fields))
-    results = sim.run_segments(segments, idle=idle, backpressure=backpressure, seed=seed,
-                               until_idle="busy", watchdog=watchdog, stall_burst=stall_burst,
-                               starve_burst=starve_burst)
+    results = sim.run_segments(_job_segments(unit, jobs), idle=idle, backpressure=backpressure,
+                               seed=seed, until_idle="busy", watchdog=watchdog,
+                               stall_burst=stall_burst, starve_burst=starve_burst)
     out = []
     for job, r in zip(jobs, results, strict=True):
         beats = r.outputs["y"]        # (n, words) uint64 for payloads above 64 bits, else 1-D
@@ -454,18 +460,9 @@ def run_elementwise_checked(unit: Elementwise, jobs: Sequence[Job], *, idle: flo
     Jobs without expected beats are run unchecked. Exceptions as :func:`run_elementwise_fast`.
     """
     sim = elementwise_sim(unit, name=name)
-    if isinstance(jobs, Job) or not isinstance(jobs, Sequence):
-        raise TypeError(f"jobs must be a sequence of Job, not {jobs!r}")
-    if not jobs:
-        raise ValueError("jobs must hold at least one Job")
-    fields = table_fields(unit)
-    segments = []
-    for k, job in enumerate(jobs):
-        if not isinstance(job, Job):
-            raise TypeError(f"jobs[{k}] must be a Job, not {job!r}")
-        segments.append(_job_segment(job, fields, check=True))
-    return sim.run_checked(segments, idle=idle, backpressure=backpressure, seed=seed,
-                           until_idle="busy", watchdog=watchdog, stall_burst=stall_burst,
+    return sim.run_checked(_job_segments(unit, jobs, check=True), idle=idle,
+                           backpressure=backpressure, seed=seed, until_idle="busy",
+                           watchdog=watchdog, stall_burst=stall_burst,
                            starve_burst=starve_burst, max_mismatches=max_mismatches)
 
 

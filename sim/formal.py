@@ -391,6 +391,26 @@ def with_delay_lanes(unit_class: type, latency: int | None = None) -> type:
 # The harness
 
 
+def _reset_first(m: Module, rst):
+    """Assume ``rst`` in the first cycle (a reset-less register: Amaranth 0.5 has no
+    Initial()); return ``past(value, name)``, which keeps ``value`` of the previous cycle in a
+    reset-less register (no Past() either), and ``checked``, high when the previous cycle was
+    not a reset cycle."""
+    first = Signal(init=1, reset_less=True)
+    m.d.sync += first.eq(0)
+    with m.If(first):
+        m.d.comb += Assume(rst)
+
+    def past(value, name):
+        sig = Signal.like(value, name=f"past_{name}", reset_less=True)
+        m.d.sync += sig.eq(value)
+        return sig
+
+    past_rst = Signal(init=1, reset_less=True)
+    m.d.sync += past_rst.eq(rst)
+    return past, ~past_rst
+
+
 class ElementwiseHarness(Elaboratable):
     """Formal harness of an :class:`~qaccel.rtl.elementwise.unit.Elementwise` unit's streams.
 
@@ -486,21 +506,7 @@ class ElementwiseHarness(Elaboratable):
         x_fire = x.valid & x.ready
         y_fire = y.valid & y.ready
 
-        # Reset in the first cycle (a reset-less register: Amaranth 0.5 has no Initial()).
-        first = Signal(init=1, reset_less=True)
-        m.d.sync += first.eq(0)
-        with m.If(first):
-            m.d.comb += Assume(rst)
-
-        # The previous cycle, kept in reset-less registers (Amaranth 0.5 has no Past()).
-        def past(value, name):
-            s = Signal.like(value, name=f"past_{name}", reset_less=True)
-            m.d.sync += s.eq(value)
-            return s
-
-        past_rst = Signal(init=1, reset_less=True)
-        m.d.sync += past_rst.eq(rst)
-        checked = ~past_rst                     # the previous cycle was not a reset cycle
+        past, checked = _reset_first(m, rst)
 
         # -- environment: x follows the stream rules -------------------------------------------
         x_held = past(x.valid & ~x.ready, "x_held")
@@ -639,19 +645,7 @@ class CreditHarness(Elaboratable):
         o_fire = Signal()
         m.d.comb += [i_fire.eq(i.valid & i.ready & counted), o_fire.eq(o.valid & o.ready)]
 
-        first = Signal(init=1, reset_less=True)
-        m.d.sync += first.eq(0)
-        with m.If(first):
-            m.d.comb += Assume(rst)
-
-        def past(value, name):
-            sig = Signal.like(value, name=f"past_{name}", reset_less=True)
-            m.d.sync += sig.eq(value)
-            return sig
-
-        past_rst = Signal(init=1, reset_less=True)
-        m.d.sync += past_rst.eq(rst)
-        checked = ~past_rst
+        past, checked = _reset_first(m, rst)
 
         # -- environment -----------------------------------------------------------------------
         i_held = past(i.valid & ~i.ready, "i_held")

@@ -123,19 +123,30 @@ def checked_throughput(beats: int = CHECKED_BEATS, *, shards: int | None = None,
                      reg.steady_time, verdict)
 
 
+#: The largest value of each ``qaccel bench verify`` count (the least is 1).
+VERIFY_LIMITS = {"shards": 256, "checked_beats": 10**10, "rounds": 1000}
+
+
 def add_verify_arguments(parser) -> None:
     """Add the options of ``qaccel bench verify`` to ``parser`` (besides ``--quick`` and
     ``--seed``, which the bench command has): ``--shards``, ``--scheduler``,
     ``--checked-beats``, ``--rounds``."""
-    parser.add_argument("--shards", type=int, default=None, metavar="N",
+    from qaccel.app.cli import number_type
+
+    def count(name):
+        most = VERIFY_LIMITS[name]
+        return number_type(int, lambda v: 1 <= v <= most, f"an integer in [1, {most:,}]")
+
+    parser.add_argument("--shards", type=count("shards"), default=None, metavar="N",
                         help="processes (or Dask tasks) the C++-checked run is split over "
                              "(default: the CPU count)")
     parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
                         help="run the C++-checked shards on this dask.distributed scheduler "
                              "instead of local processes")
-    parser.add_argument("--checked-beats", type=int, default=CHECKED_BEATS, metavar="N",
+    parser.add_argument("--checked-beats", type=count("checked_beats"), default=CHECKED_BEATS,
+                        metavar="N",
                         help=f"output beats of a C++-checked round (default {CHECKED_BEATS:,})")
-    parser.add_argument("--rounds", type=int, default=3, metavar="N",
+    parser.add_argument("--rounds", type=count("rounds"), default=3, metavar="N",
                         help="rounds per harness; the table shows the median (default 3)")
 
 
@@ -147,7 +158,7 @@ def run_verify(args) -> int:
     from qaccel.app.bench import cpu_info, kernel_tier
 
     quick, seed = getattr(args, "quick", False), getattr(args, "seed", 0) or 0
-    for name, most in (("shards", 256), ("checked_beats", 10**10), ("rounds", 1000)):
+    for name, most in VERIFY_LIMITS.items():
         value = getattr(args, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or not 1 <= value <= most):

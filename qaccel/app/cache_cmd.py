@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from qaccel.app.cli import number_type
 from qaccel.sim.runner import BUILD_DIR_ENV, build_root, root_writable
 
 __all__ = ["KINDS", "Entry", "add_arguments", "entries", "format_size", "run"]
@@ -170,34 +171,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``info`` and ``clear`` subcommands to ``parser`` (the ``cache`` command's)."""
     sub = parser.add_subparsers(dest="cache_command", metavar="{info,clear}", required=True)
     info = sub.add_parser("info", help="the build root, its size per kind and largest entries")
-    info.add_argument("--largest", type=_count, default=10, metavar="N",
+    info.add_argument("--largest", type=number_type(int, lambda v: v >= 0, "an integer >= 0"),
+                      default=10, metavar="N",
                       help="list the N largest entries (default 10)")
     clear = sub.add_parser("clear", help="remove cached builds (each under its lock; running "
                                          "builds are skipped)")
-    clear.add_argument("--older-than", type=_days, default=None, metavar="DAYS",
+    clear.add_argument("--older-than", default=None, metavar="DAYS",
+                       type=number_type(float, lambda v: 0 <= v < math.inf,
+                                        "a number of days >= 0"),
                        help="only entries not used for DAYS days")
-
-
-def _days(text: str) -> float:
-    """``--older-than``: a finite number of days >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a number of days >= 0, not {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    """``--largest``: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, not {text!r}")
-    return value
 
 
 def _error(message: str, code: int) -> int:

@@ -72,7 +72,8 @@ from qaccel.model.presets import (
     target_preset,
 )
 
-__all__ = ["COMMANDS", "Command", "CommandError", "CommandExit", "build_parser", "main"]
+__all__ = ["COMMANDS", "Command", "CommandError", "CommandExit", "build_parser", "main",
+           "number_type"]
 
 #: Output beats from which ``qaccel sim`` shows a progress bar.
 PROGRESS_MIN_BEATS = 20_000
@@ -322,15 +323,22 @@ def _block_list(text: str) -> list[int]:
     return sizes
 
 
-def _count(text: str) -> int:
-    """A dimension or a count (``--M``, ``--K``, ``--N``, ``--repeat``): an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, not {_quote(text)}")
-    return value
+def number_type(convert: Callable[[str], float], ok: Callable[[float], bool], expected: str):
+    """An argument type: ``convert(text)`` (``int`` or ``float``) if that succeeds and ``ok``
+    holds for the value, else ArgumentTypeError "expected <expected>, not '<text>'"."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, not {_quote(text)}")
+        return value
+    return parse
+
+
+#: A dimension or a count (``--M``, ``--K``, ``--N``, ``--repeat``): an integer >= 1.
+_count = number_type(int, lambda v: v >= 1, "an integer >= 1")
 
 
 def _rows(text: str) -> int:
@@ -341,15 +349,8 @@ def _rows(text: str) -> int:
     return value
 
 
-def _positive(text: str) -> float:
-    """``--fmax``, ``--memory-gbps``, ``--freq``: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, not {_quote(text)}")
-    return value
+#: ``--fmax``, ``--memory-gbps``, ``--freq``: a finite number > 0.
+_positive = number_type(float, lambda v: 0 < v < math.inf, "a number > 0")
 
 
 def _mhz(text: str) -> float:
@@ -361,16 +362,8 @@ def _mhz(text: str) -> float:
     return value
 
 
-def _probability(text: str) -> float:
-    """``--idle``, ``--backpressure``: a probability per cycle in [0, 1)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected a probability in [0, 1), not {_quote(text)}")
-    return value
+#: ``--idle``, ``--backpressure``: a probability per cycle in [0, 1).
+_probability = number_type(float, lambda v: 0 <= v < 1, "a probability in [0, 1)")
 
 
 # ---------------------------------------------------------------------------------------------

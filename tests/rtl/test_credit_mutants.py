@@ -47,7 +47,6 @@ from qaccel.rtl.nbits.packed_mac_array import PackedMacArray
 from qaccel.sim.formal import (
     CreditHarness,
     ElementwiseHarness,
-    missing_formal_tools,
     run_bmc,
     with_delay_lanes,
 )
@@ -57,11 +56,9 @@ from tests.rtl.elementwise.test_formal_quantize import (
     SHORT,
     credit_depth,
     failed_statements,
+    requires_formal,
 )
 from tests.rtl.mutants import mutant
-
-requires_formal = pytest.mark.skipif(missing_formal_tools() is not None,
-                                     reason=missing_formal_tools() or "")
 
 #: (old, new) in Elementwise.elaborate.
 ELEMENTWISE = {

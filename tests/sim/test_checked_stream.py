@@ -150,7 +150,10 @@ def test_verify_arguments(argv, error):
 
     parser = argparse.ArgumentParser()
     add_verify_arguments(parser)
-    args = parser.parse_args(argv)
+    with pytest.raises(SystemExit):                 # the argument type refuses it
+        parser.parse_args(argv)
+    args = parser.parse_args([])
     assert args.scheduler is None
-    with pytest.raises(ValueError, match=error):
+    setattr(args, argv[0][2:].replace("-", "_"), int(argv[1]))
+    with pytest.raises(ValueError, match=error):    # and so does run_verify, called directly
         run_verify(args)

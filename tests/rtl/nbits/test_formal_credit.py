@@ -38,13 +38,10 @@ from amaranth.hdl import (
 
 from qaccel.rtl.nbits.lane_admission import LaneAdmission
 from qaccel.rtl.nbits.packed_mac_array import PackedMacArray
-from qaccel.sim.formal import CreditHarness, missing_formal_tools, run_bmc
-from tests.rtl.elementwise.test_formal_quantize import failed_statements
+from qaccel.sim.formal import CreditHarness, run_bmc
+from tests.rtl.elementwise.test_formal_quantize import failed_statements, requires_formal
 from tests.rtl.mutants import mutant
 from tests.rtl.test_credit_mutants import MAC_CONFIGS, mac_harness
-
-requires_formal = pytest.mark.skipif(missing_formal_tools() is not None,
-                                     reason=missing_formal_tools() or "")
 
 
 @requires_formal
